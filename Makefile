@@ -1,0 +1,39 @@
+# Every target sets itself up from scratch: a virtualenv, the package with its test extra, and
+# the RocketMQ jars from Maven Central. RocketMQ is started and stopped by the tests themselves
+# (tests/conftest.py); `make test` also stops any cluster a failed run left recorded.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: test unit integration demo bench cluster-start cluster-stop clean
+
+$(INSTALLED): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(INSTALLED)
+
+integration/target/classpath.txt: $(INSTALLED) integration/pom.xml $(shell find integration/tool -name '*.java')
+	$(PY) -m integration.cluster build
+
+test: $(INSTALLED) integration/target/classpath.txt
+	$(PY) -m integration.cluster stop
+	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+
+unit: $(INSTALLED)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: $(INSTALLED) integration/target/classpath.txt
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+
+cluster-start: $(INSTALLED) integration/target/classpath.txt
+	$(PY) -m integration.cluster start --proxy --property-filter
+
+cluster-stop: $(INSTALLED)
+	$(PY) -m integration.cluster stop
+
+clean: cluster-stop
+	rm -rf $(VENV) integration/target integration/work *.egg-info .pytest_cache .hypothesis

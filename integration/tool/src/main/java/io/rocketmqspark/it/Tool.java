@@ -1,0 +1,539 @@
+package io.rocketmqspark.it;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.compression.CompressionType;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageClientExt;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.header.QueryConsumerOffsetRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.UpdateConsumerOffsetRequestHeader;
+import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+import org.apache.rocketmq.remoting.protocol.route.QueueData;
+import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+/**
+ * Test-data tool on the official RocketMQ Java client. It is the independent party in the
+ * connector's tests: it creates topics, produces the messages the connector must read, and reads
+ * back what the connector committed, so no assertion depends on the connector's own code.
+ *
+ * <p>Every command prints JSON lines on stdout; diagnostics go to stderr.
+ */
+public final class Tool {
+    private static final long TIMEOUT_MS = 10_000;
+    private static final long ROUTE_WAIT_MS = 30_000;
+    private static final long ROUTE_POLL_MS = 200;
+    private static final int MASTER_ID = 0;
+    private static final int PERM_READ_WRITE = 6;
+    private static final long POLL_GIVE_UP_NS = 120_000_000_000L;
+
+    private Tool() {}
+
+    public static void main(String[] argv) throws Exception {
+        if (argv.length == 0) {
+            usage();
+            System.exit(2);
+        }
+        Args args = new Args(Arrays.copyOfRange(argv, 1, argv.length));
+        switch (argv[0]) {
+            case "create-topic" -> createTopic(args);
+            case "delete-topic" -> deleteTopic(args);
+            case "produce" -> produce(args);
+            case "offsets" -> offsets(args);
+            case "set-offset" -> setOffset(args);
+            case "consume" -> consume(args);
+            default -> {
+                usage();
+                System.exit(2);
+            }
+        }
+        System.exit(0);
+    }
+
+    private static void usage() {
+        System.err.println(String.join("\n",
+            "usage: Tool <command> --ns host:port [options]",
+            "  create-topic --topic T --queues N [--brokers broker-a,broker-b]",
+            "  delete-topic --topic T",
+            "  produce --topic T --count N [--body TEXT] [--body-size BYTES] [--random-body]",
+            "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B --queue Q]",
+            "          [--batch K] [--compress ZLIB|LZ4|ZSTD] [--rate PER_SEC] [--quiet] [--print-body]",
+            "          ({i} in --body, --keys and --prop values is replaced by the message index)",
+            "  offsets --topic T --group G",
+            "  set-offset --topic T --group G --broker B --queue Q --offset O",
+            "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
+            "  common: [--access-key AK --secret-key SK]"));
+    }
+
+    // ------------------------------------------------------------------ admin
+
+    private static DefaultMQAdminExt admin(Args args) throws Exception {
+        RPCHook hook = rpcHook(args);
+        DefaultMQAdminExt admin = hook == null ? new DefaultMQAdminExt(TIMEOUT_MS)
+            : new DefaultMQAdminExt(hook, TIMEOUT_MS);
+        admin.setNamesrvAddr(args.required("ns"));
+        admin.setInstanceName("it-admin-" + System.nanoTime());
+        admin.start();
+        return admin;
+    }
+
+    private static RPCHook rpcHook(Args args) {
+        String ak = args.get("access-key", null);
+        if (ak == null) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(ak, args.required("secret-key")));
+    }
+
+    /** Master address of every broker in the cluster, by broker name. */
+    private static Map<String, String> masters(DefaultMQAdminExt admin) throws Exception {
+        Map<String, String> out = new LinkedHashMap<>();
+        for (BrokerData bd : admin.examineBrokerClusterInfo().getBrokerAddrTable().values()) {
+            String addr = bd.getBrokerAddrs().get((long) MASTER_ID);
+            if (addr != null) {
+                out.put(bd.getBrokerName(), addr);
+            }
+        }
+        return out;
+    }
+
+    private static void createTopic(Args args) throws Exception {
+        String topic = args.required("topic");
+        int queues = Integer.parseInt(args.required("queues"));
+        DefaultMQAdminExt admin = admin(args);
+        try {
+            Map<String, String> masters = masters(admin);
+            List<String> brokers = args.has("brokers")
+                ? Arrays.asList(args.required("brokers").split(","))
+                : new ArrayList<>(masters.keySet());
+            for (String broker : brokers) {
+                String addr = masters.get(broker);
+                if (addr == null) {
+                    throw new IllegalArgumentException("no broker named " + broker + " in " + masters.keySet());
+                }
+                TopicConfig config = new TopicConfig(topic, queues, queues, PERM_READ_WRITE);
+                admin.createAndUpdateTopicConfig(addr, config);
+            }
+            // Brokers report new topics to the name server with their next registration;
+            // wait until the route has every queue so the caller can produce at once.
+            long deadline = System.currentTimeMillis() + ROUTE_WAIT_MS;
+            while (true) {
+                TopicRouteData route = tryRoute(admin, topic);
+                if (route != null && routeHas(route, brokers, queues)) {
+                    break;
+                }
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("route of " + topic + " never showed " + brokers);
+                }
+                Thread.sleep(ROUTE_POLL_MS);
+            }
+            System.out.println("{\"topic\":" + Json.str(topic) + ",\"brokers\":" + Json.strList(brokers)
+                + ",\"queues\":" + queues + "}");
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    private static TopicRouteData tryRoute(DefaultMQAdminExt admin, String topic) {
+        try {
+            return admin.examineTopicRouteInfo(topic);
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    private static boolean routeHas(TopicRouteData route, List<String> brokers, int queues) {
+        for (String broker : brokers) {
+            boolean found = false;
+            for (QueueData qd : route.getQueueDatas()) {
+                if (qd.getBrokerName().equals(broker) && qd.getReadQueueNums() == queues) {
+                    found = true;
+                }
+            }
+            if (!found) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static void deleteTopic(Args args) throws Exception {
+        String topic = args.required("topic");
+        DefaultMQAdminExt admin = admin(args);
+        try {
+            Set<String> brokerAddrs = new TreeSet<>(masters(admin).values());
+            admin.deleteTopicInBroker(brokerAddrs, topic);
+            Set<String> nameServers = new TreeSet<>(Arrays.asList(args.required("ns").split(";")));
+            admin.deleteTopicInNameServer(nameServers, topic);
+            System.out.println("{\"deleted\":" + Json.str(topic) + "}");
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    /**
+     * Queue offsets stored for a group, read with QUERY_CONSUMER_OFFSET and setZeroIfNotFound=false
+     * so that "nothing stored" (null) is told apart from a stored 0.
+     */
+    private static void offsets(Args args) throws Exception {
+        String topic = args.required("topic");
+        String group = args.required("group");
+        DefaultMQAdminExt admin = admin(args);
+        try {
+            MQClientAPIImpl api = admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl();
+            TopicRouteData route = admin.examineTopicRouteInfo(topic);
+            Map<String, String> addrs = new HashMap<>();
+            for (BrokerData bd : route.getBrokerDatas()) {
+                addrs.put(bd.getBrokerName(), bd.getBrokerAddrs().get((long) MASTER_ID));
+            }
+            for (QueueData qd : route.getQueueDatas()) {
+                String addr = addrs.get(qd.getBrokerName());
+                for (int q = 0; q < qd.getReadQueueNums(); q++) {
+                    MessageQueue mq = new MessageQueue(topic, qd.getBrokerName(), q);
+                    QueryConsumerOffsetRequestHeader h = new QueryConsumerOffsetRequestHeader();
+                    h.setConsumerGroup(group);
+                    h.setTopic(topic);
+                    h.setQueueId(q);
+                    h.setSetZeroIfNotFound(false);
+                    String stored;
+                    try {
+                        stored = Long.toString(api.queryConsumerOffset(addr, h, TIMEOUT_MS));
+                    } catch (MQBrokerException e) {
+                        if (e.getResponseCode() != ResponseCode.QUERY_NOT_FOUND) {
+                            throw e;
+                        }
+                        stored = "null";
+                    }
+                    long max = admin.maxOffset(mq);
+                    long min = admin.minOffset(mq);
+                    System.out.println("{\"topic\":" + Json.str(topic) + ",\"broker\":" + Json.str(qd.getBrokerName())
+                        + ",\"queueId\":" + q + ",\"consumerOffset\":" + stored + ",\"minOffset\":" + min
+                        + ",\"maxOffset\":" + max + "}");
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    private static void setOffset(Args args) throws Exception {
+        String topic = args.required("topic");
+        String group = args.required("group");
+        String broker = args.required("broker");
+        int queue = Integer.parseInt(args.required("queue"));
+        long offset = Long.parseLong(args.required("offset"));
+        DefaultMQAdminExt admin = admin(args);
+        try {
+            String addr = masters(admin).get(broker);
+            // UPDATE_CONSUMER_OFFSET is refused for a group the broker has never seen.
+            SubscriptionGroupConfig sg = new SubscriptionGroupConfig();
+            sg.setGroupName(group);
+            admin.createAndUpdateSubscriptionGroupConfig(addr, sg);
+            UpdateConsumerOffsetRequestHeader h = new UpdateConsumerOffsetRequestHeader();
+            h.setConsumerGroup(group);
+            h.setTopic(topic);
+            h.setQueueId(queue);
+            h.setCommitOffset(offset);
+            admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl()
+                .updateConsumerOffset(addr, h, TIMEOUT_MS);
+            System.out.println("{\"topic\":" + Json.str(topic) + ",\"broker\":" + Json.str(broker) + ",\"queueId\":"
+                + queue + ",\"consumerOffset\":" + offset + "}");
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    // --------------------------------------------------------------- producer
+
+    private static void produce(Args args) throws Exception {
+        String topic = args.required("topic");
+        int count = Integer.parseInt(args.required("count"));
+        String bodyTemplate = args.get("body", "message {i}");
+        int bodySize = Integer.parseInt(args.get("body-size", "0"));
+        boolean randomBody = args.has("random-body");
+        List<String> tags = args.has("tags") ? Arrays.asList(args.required("tags").split(",")) : List.of();
+        String keysTemplate = args.get("keys", null);
+        List<String> props = args.all("prop");
+        int batch = Integer.parseInt(args.get("batch", "1"));
+        double rate = Double.parseDouble(args.get("rate", "0"));
+        boolean quiet = args.has("quiet");
+        boolean printBody = args.has("print-body");
+        MessageQueue fixedQueue = args.has("queue")
+            ? new MessageQueue(topic, args.required("broker"), Integer.parseInt(args.required("queue")))
+            : null;
+
+        RPCHook hook = rpcHook(args);
+        String group = args.get("group", "it-producer");
+        DefaultMQProducer producer = hook == null ? new DefaultMQProducer(group) : new DefaultMQProducer(group, hook);
+        producer.setNamesrvAddr(args.required("ns"));
+        producer.setInstanceName("it-producer-" + System.nanoTime());
+        producer.setSendMsgTimeout((int) TIMEOUT_MS);
+        if (args.has("compress")) {
+            producer.setCompressType(CompressionType.valueOf(args.required("compress")));
+        }
+        producer.start();
+        Random random = new Random(count);
+        long started = System.nanoTime();
+        int sent = 0;
+        try {
+            while (sent < count) {
+                int n = Math.min(batch, count - sent);
+                List<Message> msgs = new ArrayList<>(n);
+                for (int j = 0; j < n; j++) {
+                    int i = sent + j;
+                    Message m = new Message(topic, body(bodyTemplate, i, bodySize, randomBody, random));
+                    if (!tags.isEmpty()) {
+                        m.setTags(tags.get(i % tags.size()));
+                    }
+                    if (keysTemplate != null) {
+                        m.setKeys(keysTemplate.replace("{i}", Integer.toString(i)));
+                    }
+                    for (String p : props) {
+                        int eq = p.indexOf('=');
+                        m.putUserProperty(p.substring(0, eq), p.substring(eq + 1).replace("{i}", Integer.toString(i)));
+                    }
+                    msgs.add(m);
+                }
+                SendResult r = send(producer, msgs, fixedQueue);
+                if (!quiet) {
+                    report(r, msgs, printBody);
+                }
+                sent += n;
+                pace(rate, sent, started);
+            }
+        } finally {
+            producer.shutdown();
+        }
+        double secs = (System.nanoTime() - started) / 1e9;
+        System.err.printf("sent %d messages in %.2fs%n", sent, secs);
+    }
+
+    private static SendResult send(DefaultMQProducer p, List<Message> msgs, MessageQueue q) throws Exception {
+        if (msgs.size() == 1) {
+            return q == null ? p.send(msgs.get(0)) : p.send(msgs.get(0), q);
+        }
+        return q == null ? p.send(msgs) : p.send(msgs, q);
+    }
+
+    private static void pace(double rate, int sent, long started) throws InterruptedException {
+        if (rate <= 0) {
+            return;
+        }
+        long due = started + (long) (sent / rate * 1e9);
+        long wait = due - System.nanoTime();
+        if (wait > 0) {
+            Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+        }
+    }
+
+    private static byte[] body(String template, int i, int size, boolean random, Random rnd) {
+        byte[] text = template.replace("{i}", Integer.toString(i)).getBytes(StandardCharsets.UTF_8);
+        if (size <= text.length && !random) {
+            return text;
+        }
+        byte[] out = new byte[Math.max(size, text.length)];
+        System.arraycopy(text, 0, out, 0, text.length);
+        if (random) {
+            byte[] tail = new byte[out.length - text.length];
+            rnd.nextBytes(tail);
+            System.arraycopy(tail, 0, out, text.length, tail.length);
+        } else {
+            for (int k = text.length; k < out.length; k++) {
+                out[k] = (byte) ('a' + (k % 26));
+            }
+        }
+        return out;
+    }
+
+    /** One JSON line per message; a batch send returns its ids comma-joined and its first offset. */
+    private static void report(SendResult r, List<Message> msgs, boolean printBody) {
+        String[] ids = r.getMsgId().split(",");
+        String[] offsetIds = r.getOffsetMsgId() == null ? new String[0] : r.getOffsetMsgId().split(",");
+        MessageQueue q = r.getMessageQueue();
+        for (int j = 0; j < msgs.size(); j++) {
+            Message m = msgs.get(j);
+            StringBuilder sb = new StringBuilder(256);
+            sb.append("{\"msgId\":").append(Json.str(ids[j]))
+                .append(",\"offsetMsgId\":").append(j < offsetIds.length ? Json.str(offsetIds[j]) : "null")
+                .append(",\"status\":").append(Json.str(r.getSendStatus().name()))
+                .append(",\"topic\":").append(Json.str(q.getTopic()))
+                .append(",\"broker\":").append(Json.str(q.getBrokerName()))
+                .append(",\"queueId\":").append(q.getQueueId())
+                .append(",\"queueOffset\":").append(r.getQueueOffset() + j)
+                .append(",\"tags\":").append(m.getTags() == null ? "null" : Json.str(m.getTags()))
+                .append(",\"keys\":").append(m.getKeys() == null ? "null" : Json.str(m.getKeys()))
+                .append(",\"properties\":").append(Json.map(m.getProperties()));
+            if (printBody) {
+                sb.append(",\"body\":").append(Json.str(Base64.getEncoder().encodeToString(m.getBody())));
+            }
+            System.out.println(sb.append('}'));
+        }
+    }
+
+    // --------------------------------------------------------------- consumer
+
+    /** The official lite pull consumer reading every queue from its min offset: the benchmark baseline. */
+    private static void consume(Args args) throws Exception {
+        String topic = args.required("topic");
+        long count = Long.parseLong(args.required("count"));
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(args.get("group", "it-lite-" + System.nanoTime()));
+        c.setNamesrvAddr(args.required("ns"));
+        c.setInstanceName("it-consumer-" + System.nanoTime());
+        c.setAutoCommit(false);
+        c.setPullBatchSize(Integer.parseInt(args.get("batch-size", "32")));
+        c.start();
+        try {
+            List<MessageQueue> queues = new ArrayList<>(c.fetchMessageQueues(topic));
+            c.assign(queues);
+            for (MessageQueue q : queues) {
+                c.seekToBegin(q);
+            }
+            boolean print = args.has("print");
+            long started = System.nanoTime();
+            long seen = 0;
+            long bytes = 0;
+            while (seen < count) {
+                List<MessageExt> batch = c.poll(TIMEOUT_MS);
+                if (batch.isEmpty() && System.nanoTime() - started > POLL_GIVE_UP_NS) {
+                    throw new IllegalStateException("only " + seen + " of " + count + " messages arrived");
+                }
+                for (MessageExt m : batch) {
+                    seen++;
+                    bytes += m.getBody().length;
+                    if (print) {
+                        printMessage(m);
+                    }
+                }
+            }
+            double secs = (System.nanoTime() - started) / 1e9;
+            String summary = "{\"messages\":" + seen + ",\"bytes\":" + bytes + ",\"seconds\":" + secs
+                + ",\"messagesPerSecond\":" + (seen / secs) + "}";
+            // With --print, stdout carries one line per message only.
+            (print ? System.err : System.out).println(summary);
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    private static void printMessage(MessageExt m) {
+        System.out.println("{\"msgId\":" + Json.str(m.getMsgId())
+            + ",\"offsetMsgId\":" + Json.str(m instanceof MessageClientExt ce ? ce.getOffsetMsgId() : m.getMsgId())
+            + ",\"topic\":" + Json.str(m.getTopic())
+            + ",\"broker\":" + Json.str(m.getBrokerName())
+            + ",\"queueId\":" + m.getQueueId()
+            + ",\"queueOffset\":" + m.getQueueOffset()
+            + ",\"tags\":" + (m.getTags() == null ? "null" : Json.str(m.getTags()))
+            + ",\"keys\":" + (m.getKeys() == null ? "null" : Json.str(m.getKeys()))
+            + ",\"storeTimestamp\":" + m.getStoreTimestamp()
+            + ",\"bornTimestamp\":" + m.getBornTimestamp()
+            + ",\"properties\":" + Json.map(m.getProperties())
+            + ",\"body\":" + Json.str(Base64.getEncoder().encodeToString(m.getBody())) + "}");
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    /** {@code --name value} pairs; a flag without a value maps to "true"; repeated names accumulate. */
+    static final class Args {
+        private final Map<String, List<String>> values = new HashMap<>();
+
+        Args(String[] argv) {
+            for (int k = 0; k < argv.length; k++) {
+                if (!argv[k].startsWith("--")) {
+                    throw new IllegalArgumentException("unexpected argument " + argv[k]);
+                }
+                String name = argv[k].substring(2);
+                String value = "true";
+                if (k + 1 < argv.length && !argv[k + 1].startsWith("--")) {
+                    value = argv[++k];
+                }
+                values.computeIfAbsent(name, x -> new ArrayList<>()).add(value);
+            }
+        }
+
+        boolean has(String name) {
+            return values.containsKey(name);
+        }
+
+        String get(String name, String dflt) {
+            List<String> v = values.get(name);
+            return v == null ? dflt : v.get(v.size() - 1);
+        }
+
+        String required(String name) {
+            String v = get(name, null);
+            if (v == null) {
+                throw new IllegalArgumentException("missing --" + name);
+            }
+            return v;
+        }
+
+        List<String> all(String name) {
+            return values.getOrDefault(name, List.of());
+        }
+    }
+
+    /** Just enough JSON writing for the tool's output, so it depends on no JSON library. */
+    static final class Json {
+        private Json() {}
+
+        static String str(String s) {
+            StringBuilder sb = new StringBuilder(s.length() + 2).append('"');
+            for (int k = 0; k < s.length(); k++) {
+                char ch = s.charAt(k);
+                switch (ch) {
+                    case '"' -> sb.append("\\\"");
+                    case '\\' -> sb.append("\\\\");
+                    case '\n' -> sb.append("\\n");
+                    case '\r' -> sb.append("\\r");
+                    case '\t' -> sb.append("\\t");
+                    default -> {
+                        if (ch < 0x20) {
+                            sb.append(String.format("\\u%04x", (int) ch));
+                        } else {
+                            sb.append(ch);
+                        }
+                    }
+                }
+            }
+            return sb.append('"').toString();
+        }
+
+        static String strList(List<String> xs) {
+            List<String> quoted = new ArrayList<>();
+            for (String x : xs) {
+                quoted.add(str(x));
+            }
+            return "[" + String.join(",", quoted) + "]";
+        }
+
+        static String map(Map<String, String> m) {
+            List<String> parts = new ArrayList<>();
+            for (Map.Entry<String, String> e : new java.util.TreeMap<>(m).entrySet()) {
+                parts.add(str(e.getKey()) + ":" + str(e.getValue()));
+            }
+            return "{" + String.join(",", parts) + "}";
+        }
+    }
+}

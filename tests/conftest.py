@@ -1,0 +1,75 @@
+"""Shared fixtures: the real RocketMQ cluster, a local SparkSession and the Java test tool.
+
+The cluster is started once per test run, on first use, and stopped at the end. Set
+``ROCKETMQ_NAMESRV=host:port`` (and ``ROCKETMQ_PROXY=host:port`` for the proxy tests) to run the
+tests against a cluster that is already up instead; it is then left running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.cluster import Cluster, ClusterConfig
+from tests.support import ClusterHandle
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def rocketmq() -> Iterator[ClusterHandle]:
+    """Two brokers (4.x-style masters broker-a and broker-b), the proxy in local mode, SQL92 on."""
+    external = os.environ.get("ROCKETMQ_NAMESRV")
+    if external:
+        yield ClusterHandle(external, os.environ.get("ROCKETMQ_PROXY"), None)
+        return
+    config = ClusterConfig(brokers=2, proxy=True, property_filter=True)
+    cluster = Cluster(config)
+    cluster.start()
+    try:
+        yield ClusterHandle(config.namesrv_addr, config.proxy_addr, cluster)
+    finally:
+        cluster.stop()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Names that never collide across tests or runs against a reused cluster."""
+    run = uuid.uuid4().hex[:8]
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{run}-{next(_counter)}"
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local SparkSession whose Python workers run this interpreter (so they see the package)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketmq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
