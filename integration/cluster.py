@@ -53,6 +53,8 @@ TOOL_MAIN = "io.rocketmqspark.it.Tool"
 NAMESRV_READY = "The Name Server boot success"
 BROKER_READY = "boot success"
 PROXY_READY = "rocketmq-proxy startup successfully"
+PROXY_MODE_CLUSTER = "cluster"
+PROXY_MODE_LOCAL = "local"
 
 # RocketMQ 5.3 reaches into JDK internals (direct buffers, Netty); JDK 17 denies that unless
 # these packages are opened. See docs/running-rocketmq.md.
@@ -67,6 +69,7 @@ JDK17_FLAGS = (
 )
 NAMESRV_HEAP = ("-Xms128m", "-Xmx256m")
 BROKER_HEAP = ("-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=1g")
+PROXY_HEAP = ("-Xms256m", "-Xmx512m")
 TOOL_HEAP = ("-Xms64m", "-Xmx512m")
 
 READY_TIMEOUT_S = 120.0
@@ -104,6 +107,10 @@ class ClusterConfig:
     workdir: Path = DEFAULT_WORKDIR
     brokers: int = 2
     proxy: bool = False
+    # "cluster": the proxy is its own JVM forwarding to the brokers (pull and offsets work);
+    # "local": it embeds broker-a, but then answers PULL_MESSAGE with "request is not
+    # implemented in LocalMessageService", so the connector's tests use cluster mode.
+    proxy_mode: str = "cluster"
     namesrv_port: int = DEFAULT_NAMESRV_PORT
     broker_ports: tuple[int, ...] = DEFAULT_BROKER_PORTS
     proxy_remoting_port: int = DEFAULT_PROXY_REMOTING_PORT
@@ -220,7 +227,7 @@ def proxy_settings(config: ClusterConfig) -> dict[str, Any]:
     return {
         "rocketMQClusterName": CLUSTER_NAME,
         "namesrvAddr": config.namesrv_addr,
-        "proxyMode": "local",
+        "proxyMode": config.proxy_mode,
         "remotingListenPort": config.proxy_remoting_port,
         "grpcServerPort": config.proxy_grpc_port,
         "remotingAccessAddr": LOOPBACK,
@@ -372,6 +379,10 @@ class Cluster:
             for broker in brokers:
                 wait_ready(broker, deadline)
             self._wait_registered(deadline)
+            if cfg.proxy and cfg.proxy_mode == PROXY_MODE_CLUSTER:
+                # Started last: a cluster-mode proxy routes through the name server at once.
+                proxy = self._spawn_cluster_proxy()
+                wait_ready(proxy, time.monotonic() + READY_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
@@ -389,15 +400,27 @@ class Cluster:
         write_properties(conf, broker_settings(cfg, index))
         port = cfg.broker_ports[index]
         ports = [port, port + FAST_CHANNEL_PORT_OFFSET]
-        if index == 0 and cfg.proxy:
-            proxy_conf = cfg.workdir / "conf" / "rmq-proxy.json"
-            proxy_conf.write_text(json.dumps(proxy_settings(cfg), indent=2))
-            args = ["-pm", "local", "-bc", str(conf), "-n", cfg.namesrv_addr, "-pc", str(proxy_conf)]
+        if index == 0 and cfg.proxy and cfg.proxy_mode == PROXY_MODE_LOCAL:
+            args = ["-pm", PROXY_MODE_LOCAL, "-bc", str(conf), "-n", cfg.namesrv_addr,
+                    "-pc", str(self._write_proxy_conf())]
             server = spawn(cfg, "proxy", name, PROXY_MAIN, BROKER_HEAP, args,
                            [*ports, cfg.proxy_remoting_port, cfg.proxy_grpc_port], [PROXY_READY])
         else:
             args = ["-c", str(conf), "-n", cfg.namesrv_addr]
             server = spawn(cfg, "broker", name, BROKER_MAIN, BROKER_HEAP, args, ports, [BROKER_READY])
+        self._record(server)
+        return server
+
+    def _write_proxy_conf(self) -> Path:
+        proxy_conf = self.config.workdir / "conf" / "rmq-proxy.json"
+        proxy_conf.write_text(json.dumps(proxy_settings(self.config), indent=2))
+        return proxy_conf
+
+    def _spawn_cluster_proxy(self) -> Server:
+        cfg = self.config
+        args = ["-pm", PROXY_MODE_CLUSTER, "-n", cfg.namesrv_addr, "-pc", str(self._write_proxy_conf())]
+        server = spawn(cfg, "proxy", "proxy", PROXY_MAIN, PROXY_HEAP, args,
+                       [cfg.proxy_remoting_port, cfg.proxy_grpc_port], [PROXY_READY])
         self._record(server)
         return server
 
@@ -526,7 +549,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start name server, brokers and optionally the proxy")
     start.add_argument("--brokers", type=int, default=2, choices=(1, 2))
-    start.add_argument("--proxy", action="store_true", help="run broker-a inside the proxy (local mode)")
+    start.add_argument("--proxy", action="store_true", help="start the 5.x proxy (remoting and gRPC ports)")
+    start.add_argument("--proxy-mode", choices=(PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL), default=PROXY_MODE_CLUSTER,
+                       help="cluster: its own JVM in front of the brokers; local: embeds broker-a (serves no pulls)")
     start.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
     start.add_argument("--broker-ports", default=",".join(map(str, DEFAULT_BROKER_PORTS)))
     start.add_argument("--proxy-remoting-port", type=int, default=DEFAULT_PROXY_REMOTING_PORT)
@@ -553,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if opts.command == "start":
         config = ClusterConfig(
-            workdir=opts.workdir, brokers=opts.brokers, proxy=opts.proxy, namesrv_port=opts.namesrv_port,
+            workdir=opts.workdir, brokers=opts.brokers, proxy=opts.proxy, proxy_mode=opts.proxy_mode,
+            namesrv_port=opts.namesrv_port,
             broker_ports=tuple(int(p) for p in opts.broker_ports.split(",")),
             proxy_remoting_port=opts.proxy_remoting_port, proxy_grpc_port=opts.proxy_grpc_port,
             property_filter=opts.property_filter, acl=opts.acl, short_retention=opts.short_retention,
