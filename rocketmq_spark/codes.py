@@ -1,0 +1,191 @@
+"""Numeric constants of RocketMQ's remoting protocol.
+
+Values mirror the Apache RocketMQ sources (``RequestCode``, ``ResponseCode``,
+``RemotingSysResponseCode``, ``PullSysFlag``, ``MessageSysFlag``, ``PermName``,
+``LanguageCode``, ``SerializeType`` and ``MQVersion``) so that frames built here
+are byte-for-byte what a Java client would send.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------------
+# Protocol version sent in every request header.
+#
+# ``version`` is an ordinal of ``MQVersion.Version``; 401 is V4_9_4.
+# * From 401 on, the name server answers GET_ROUTEINFO_BY_TOPIC with standard
+#   JSON (quoted integer map keys) instead of fastjson's bare ``{0:"ip:port"}``.
+# * Up to 475 (V5_3_1) a server that is shutting down still serves the
+#   request; above it, the server answers GO_AWAY and the client must move to
+#   a new connection. Staying at or below 475 keeps the older, simpler
+#   behaviour while GO_AWAY is still handled as a retriable error.
+# --------------------------------------------------------------------------
+PROTOCOL_VERSION: Final = 401
+
+# --------------------------------------------------------------------------
+# Frame header serialization (SerializeType): the high byte of the
+# header-length word.
+# --------------------------------------------------------------------------
+SERIALIZE_JSON: Final = 0
+SERIALIZE_ROCKETMQ: Final = 1
+
+# Remoting command flag bits (RemotingCommand.RPC_TYPE / RPC_ONEWAY).
+FLAG_RESPONSE: Final = 1 << 0
+FLAG_ONEWAY: Final = 1 << 1
+
+# --------------------------------------------------------------------------
+# Client language (LanguageCode): JSON headers carry the name, binary
+# headers the number.
+# --------------------------------------------------------------------------
+LANGUAGE_CODES: Final[dict[str, int]] = {
+    "JAVA": 0,
+    "CPP": 1,
+    "DOTNET": 2,
+    "PYTHON": 3,
+    "DELPHI": 4,
+    "ERLANG": 5,
+    "RUBY": 6,
+    "OTHER": 7,
+    "HTTP": 8,
+    "GO": 9,
+    "PHP": 10,
+    "OMS": 11,
+    "RUST": 12,
+    "NODE_JS": 13,
+}
+LANGUAGE_NAMES: Final[dict[int, str]] = {code: name for name, code in LANGUAGE_CODES.items()}
+LANGUAGE_PYTHON: Final = "PYTHON"
+# What the Java decoder assumes when a JSON header has no ``language``.
+LANGUAGE_DEFAULT_PEER: Final = "JAVA"
+
+# --------------------------------------------------------------------------
+# Request codes (RequestCode).
+# --------------------------------------------------------------------------
+SEND_MESSAGE: Final = 10
+PULL_MESSAGE: Final = 11
+QUERY_CONSUMER_OFFSET: Final = 14
+UPDATE_CONSUMER_OFFSET: Final = 15
+UPDATE_AND_CREATE_TOPIC: Final = 17
+SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
+GET_MAX_OFFSET: Final = 30
+GET_MIN_OFFSET: Final = 31
+GET_EARLIEST_MSG_STORETIME: Final = 32
+HEART_BEAT: Final = 34
+UNREGISTER_CLIENT: Final = 35
+GET_CONSUMER_LIST_BY_GROUP: Final = 38
+NOTIFY_CONSUMER_IDS_CHANGED: Final = 40
+GET_ALL_CONSUMER_OFFSET: Final = 43
+GET_ROUTEINFO_BY_TOPIC: Final = 105
+GET_CONSUME_STATS: Final = 208
+DELETE_TOPIC_IN_BROKER: Final = 215
+SEND_MESSAGE_V2: Final = 310
+LITE_PULL_MESSAGE: Final = 361
+
+# --------------------------------------------------------------------------
+# Response codes (RemotingSysResponseCode and ResponseCode). Keep this block
+# contiguous: ``response_code_name`` is built from exactly these names.
+# --------------------------------------------------------------------------
+_NAMES_BEFORE_RESPONSE_CODES: Final = frozenset(globals())
+
+SUCCESS: Final = 0
+SYSTEM_ERROR: Final = 1
+SYSTEM_BUSY: Final = 2
+REQUEST_CODE_NOT_SUPPORTED: Final = 3
+TRANSACTION_FAILED: Final = 4
+FLUSH_DISK_TIMEOUT: Final = 10
+SLAVE_NOT_AVAILABLE: Final = 11
+FLUSH_SLAVE_TIMEOUT: Final = 12
+MESSAGE_ILLEGAL: Final = 13
+SERVICE_NOT_AVAILABLE: Final = 14
+VERSION_NOT_SUPPORTED: Final = 15
+NO_PERMISSION: Final = 16
+TOPIC_NOT_EXIST: Final = 17
+TOPIC_EXIST_ALREADY: Final = 18
+PULL_NOT_FOUND: Final = 19
+PULL_RETRY_IMMEDIATELY: Final = 20
+PULL_OFFSET_MOVED: Final = 21
+QUERY_NOT_FOUND: Final = 22
+SUBSCRIPTION_PARSE_FAILED: Final = 23
+SUBSCRIPTION_NOT_EXIST: Final = 24
+SUBSCRIPTION_NOT_LATEST: Final = 25
+SUBSCRIPTION_GROUP_NOT_EXIST: Final = 26
+FILTER_DATA_NOT_EXIST: Final = 27
+FILTER_DATA_NOT_LATEST: Final = 28
+INVALID_PARAMETER: Final = 29
+TRANSACTION_SHOULD_COMMIT: Final = 200
+TRANSACTION_SHOULD_ROLLBACK: Final = 201
+TRANSACTION_STATE_UNKNOW: Final = 202
+TRANSACTION_STATE_GROUP_WRONG: Final = 203
+NO_BUYER_ID: Final = 204
+NOT_IN_CURRENT_UNIT: Final = 205
+CONSUMER_NOT_ONLINE: Final = 206
+CONSUME_MSG_TIMEOUT: Final = 207
+NO_MESSAGE: Final = 208
+POLLING_FULL: Final = 209
+POLLING_TIMEOUT: Final = 210
+BROKER_NOT_EXIST: Final = 211
+BROKER_DISPATCH_NOT_COMPLETE: Final = 212
+BROADCAST_CONSUMPTION: Final = 213
+FLOW_CONTROL: Final = 215
+NOT_LEADER_FOR_QUEUE: Final = 501
+ILLEGAL_OPERATION: Final = 604
+GO_AWAY: Final = 1500
+USER_NOT_EXIST: Final = 3001
+POLICY_NOT_EXIST: Final = 3002
+
+_RESPONSE_CODE_NAMES: Final[dict[int, str]] = {
+    value: name
+    for name, value in list(globals().items())
+    if name not in _NAMES_BEFORE_RESPONSE_CODES and not name.startswith("_")
+}
+
+
+def response_code_name(code: int) -> str | None:
+    """The Java constant name of a response code, or None when unknown."""
+    return _RESPONSE_CODE_NAMES.get(code)
+
+
+# --------------------------------------------------------------------------
+# PULL_MESSAGE request sysFlag bits (PullSysFlag).
+# --------------------------------------------------------------------------
+PULL_FLAG_COMMIT_OFFSET: Final = 1 << 0
+PULL_FLAG_SUSPEND: Final = 1 << 1
+PULL_FLAG_SUBSCRIPTION: Final = 1 << 2
+PULL_FLAG_CLASS_FILTER: Final = 1 << 3
+PULL_FLAG_LITE_PULL: Final = 1 << 4
+
+# --------------------------------------------------------------------------
+# Stored message sysFlag bits (MessageSysFlag).
+# --------------------------------------------------------------------------
+MSG_FLAG_COMPRESSED: Final = 1 << 0
+MSG_FLAG_MULTI_TAGS: Final = 1 << 1
+MSG_FLAG_TRANSACTION_PREPARED: Final = 1 << 2
+MSG_FLAG_TRANSACTION_COMMIT: Final = 2 << 2
+MSG_FLAG_TRANSACTION_ROLLBACK: Final = 3 << 2
+MSG_FLAG_TRANSACTION_MASK: Final = 3 << 2
+MSG_FLAG_BORNHOST_V6: Final = 1 << 4
+MSG_FLAG_STOREHOST_V6: Final = 1 << 5
+MSG_FLAG_NEED_UNWRAP: Final = 1 << 6
+MSG_FLAG_INNER_BATCH: Final = 1 << 7
+MSG_COMPRESSION_TYPE_MASK: Final = 7 << 8
+MSG_COMPRESSION_TYPE_SHIFT: Final = 8
+
+# Compression type numbers, ``(sysFlag & MASK) >> SHIFT`` (CompressionType).
+# Messages written before the type bits existed carry 0 and are zlib.
+COMPRESSION_LEGACY_ZLIB: Final = 0
+COMPRESSION_LZ4: Final = 1
+COMPRESSION_ZSTD: Final = 2
+COMPRESSION_ZLIB: Final = 3
+
+# Record magic codes (MessageVersion): V1 has a 1-byte topic length, V2 two.
+MESSAGE_MAGIC_V1: Final = 0xDAA320A7
+MESSAGE_MAGIC_V2: Final = 0xDAA320AB
+
+# --------------------------------------------------------------------------
+# Topic / queue permission bits (PermName).
+# --------------------------------------------------------------------------
+PERM_INHERIT: Final = 1 << 0
+PERM_WRITE: Final = 1 << 1
+PERM_READ: Final = 1 << 2
+PERM_PRIORITY: Final = 1 << 3

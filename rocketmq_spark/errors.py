@@ -1,0 +1,153 @@
+"""Every exception the project raises.
+
+Each class says, through ``retriable``, whether repeating the operation (possibly
+on a fresh connection) can succeed, so callers decide on retries without
+inspecting messages.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rocketmq_spark import codes
+
+
+class RocketMQError(Exception):
+    """Base of all project errors."""
+
+    retriable: bool = False
+
+
+class ConnectionFailedError(RocketMQError):
+    """A connection could not be opened, or was lost mid-request."""
+
+    retriable = True
+
+
+class RequestTimeoutError(RocketMQError):
+    """A request got no answer in time."""
+
+    retriable = True
+
+
+class ProtocolError(RocketMQError):
+    """The peer sent a malformed frame, header or message record.
+
+    Not retriable: the same bytes will be malformed again, and a stream that
+    lost its framing cannot be resynchronised.
+    """
+
+
+class ConfigurationError(RocketMQError, ValueError):
+    """A user option is missing or invalid.
+
+    The message always names the option and says how to fix it.
+    """
+
+    def __init__(self, option: str, problem: str, fix: str) -> None:
+        self.option = option
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"option '{option}': {problem}. {fix}")
+
+
+class DataLossError(RocketMQError):
+    """Offsets a query needs no longer exist on the broker."""
+
+
+# Codes after which the same request can succeed later: the server is busy or
+# is going away and asks the client to use another connection. FLOW_CONTROL is
+# the busy signal the Java pull consumers back off on.
+RETRIABLE_RESPONSE_CODES: frozenset[int] = frozenset(
+    {codes.SYSTEM_BUSY, codes.FLOW_CONTROL, codes.GO_AWAY}
+)
+
+
+class BrokerResponseError(RocketMQError):
+    """A name server, broker or proxy answered with a non-success code.
+
+    The numeric code is always kept (and printed), so codes unknown to this
+    client are never lost.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        remark: str | None,
+        *,
+        request_code: int | None = None,
+        address: str | None = None,
+    ) -> None:
+        self.code = code
+        self.remark = remark
+        self.request_code = request_code
+        self.address = address
+        self.retriable = code in RETRIABLE_RESPONSE_CODES
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        name = codes.response_code_name(self.code)
+        text = f"{name} ({self.code})" if name else f"response code {self.code}"
+        if self.request_code is not None:
+            text += f" to request {self.request_code}"
+        if self.address:
+            text += f" from {self.address}"
+        if self.remark:
+            text += f": {self.remark}"
+        return text
+
+
+class AuthenticationError(BrokerResponseError):
+    """The server rejected the credentials or the signature, or denied access."""
+
+
+class TopicNotFoundError(BrokerResponseError):
+    """The topic does not exist on the server that answered."""
+
+
+# Messages of auth/authentication and auth/authorization exceptions, and the
+# class name of 4.x plain-ACL exceptions (see error_for_response).
+_AUTH_FAILURE_REMARK = re.compile(
+    r"check signature failed"
+    r"|AclException"
+    r"|authentication"
+    r"|^User:.* is (?:not found|disabled)"
+    r"|username cannot be null"
+    r"|has no permission to access",
+    re.IGNORECASE,
+)
+
+
+def error_for_response(
+    code: int,
+    remark: str | None,
+    *,
+    request_code: int | None = None,
+    address: str | None = None,
+) -> BrokerResponseError:
+    """The most specific error class for a non-success response.
+
+    How servers answer a bad signature, an unknown or disabled user, or a
+    denied resource:
+
+    * Broker 5.3.x, ACL 2.0: ``broker/auth/pipeline/AuthenticationPipeline``
+      and ``AuthorizationPipeline`` turn ``AuthenticationException`` and
+      ``AuthorizationException`` into NO_PERMISSION, remark = the exception
+      message ("check signature failed.", "User:ak is not found.", ...).
+    * Proxy 5.x, remoting port: ``AbstractRemotingActivity.writeErrResponse``
+      does not map those exceptions, so they arrive as SYSTEM_ERROR with the
+      same bare message.
+    * Broker 4.9.x, plain ACL: the RPC hook's ``AclException`` becomes
+      SYSTEM_ERROR whose remark starts with the exception's class name.
+
+    So NO_PERMISSION is always an AuthenticationError, and SYSTEM_ERROR is one
+    when its remark matches those messages.
+    """
+    cls: type[BrokerResponseError] = BrokerResponseError
+    if code == codes.NO_PERMISSION:
+        cls = AuthenticationError
+    elif code == codes.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark):
+        cls = AuthenticationError
+    elif code == codes.TOPIC_NOT_EXIST:
+        cls = TopicNotFoundError
+    return cls(code, remark, request_code=request_code, address=address)
