@@ -1,0 +1,292 @@
+"""Typed RocketMQ calls over the remoting protocol: route, pull, offsets, search by time.
+
+Every broker call names its broker in ``bname`` as well as sending to its address: a broker
+ignores the field, and a 5.x proxy's remoting port needs it to forward the call. Pulls carry
+their subscription (``PULL_FLAG_SUBSCRIPTION``), so no heartbeat or prior registration is needed,
+on a broker or through the proxy.
+
+Nothing here retries on its own: every error says whether a retry can help (``retriable``), and
+the caller, who knows how much time it has, decides.
+"""
+
+from __future__ import annotations
+
+import enum
+import ssl
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rocketmq_spark import codes
+from rocketmq_spark.codec import RemotingCommand
+from rocketmq_spark.connection import Connection, ConnectionPool
+from rocketmq_spark.errors import ProtocolError, RocketMQError, error_for_response
+from rocketmq_spark.route import MessageQueue, TopicRoute, parse_route
+from rocketmq_spark.signing import sign
+
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
+SUBSCRIBE_ALL = "*"
+PERM_READ_WRITE = codes.PERM_READ | codes.PERM_WRITE
+
+
+class PullStatus(enum.Enum):
+    """What a pull found, named as the Java client names it."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"  # caught up: offset == max offset
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # entries scanned, none matched; go on from next_begin_offset
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # offset outside [min, max]; next_begin_offset is the broker's correction
+
+
+_PULL_STATUS_BY_CODE = {
+    codes.SUCCESS: PullStatus.FOUND,
+    codes.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    codes.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    codes.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+class Boundary(enum.Enum):
+    """Which offset SEARCH_OFFSET_BY_TIMESTAMP returns for a time."""
+
+    LOWER = "lower"  # the first offset stored at or after the time
+    UPPER = "upper"  # the last offset stored at or before the time
+
+
+@dataclass(frozen=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes  # raw message records, decoded by rocketmq_spark.message
+    suggest_which_broker_id: int
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """ACL credentials; with them every request is signed."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    name_servers: tuple[str, ...]
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+    credentials: Credentials | None = None
+    tls: bool = False
+
+
+def parse_name_servers(value: str) -> tuple[str, ...]:
+    """RocketMQ's namesrvAddr syntax: ``host:port;host:port`` (commas accepted as well)."""
+    return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())
+
+
+def _tls_context() -> ssl.SSLContext:
+    # RocketMQ brokers usually serve self-signed certificates, and the Java client trusts any
+    # certificate unless told otherwise (tls.test.mode.enable defaults to true); do the same.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class RocketMQClient:
+    """A thread-safe client for name servers and brokers (or a 5.x proxy's remoting port)."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        if not config.name_servers:
+            raise ValueError("at least one name server address is needed")
+        self.config = config
+        tls = _tls_context() if config.tls else None
+        self._pool = ConnectionPool(
+            lambda address: Connection(address, connect_timeout=config.request_timeout, tls_context=tls)
+        )
+        self._name_server_lock = threading.Lock()
+        self._preferred_name_server = 0
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> RocketMQClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- plumbing
+
+    def invoke(
+        self,
+        address: str,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        """Send one request (signed when credentials are set) and return the raw response."""
+        command = RemotingCommand.request(code, fields, body)
+        creds = self.config.credentials
+        if creds is not None:
+            command.ext_fields = sign(
+                command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
+            )
+        return self._pool.request(address, command, self.config.request_timeout if timeout is None else timeout)
+
+    def _call(
+        self,
+        address: str,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        *,
+        accept: Sequence[int] = (codes.SUCCESS,),
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        response = self.invoke(address, code, fields, body, timeout)
+        if response.code not in accept:
+            raise error_for_response(response.code, response.remark, request_code=code, address=address)
+        return response
+
+    @staticmethod
+    def _int_field(response: RemotingCommand, name: str) -> int:
+        value = response.ext_fields.get(name)
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as err:
+            raise ProtocolError(
+                f"response {response.code} lacks a numeric '{name}' field: {response.ext_fields}"
+            ) from err
+
+    # -------------------------------------------------------------- name server
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        """The topic's route, asking each name server in turn until one answers."""
+        servers = self.config.name_servers
+        with self._name_server_lock:
+            first = self._preferred_name_server
+        last_error: RocketMQError | None = None
+        for step in range(len(servers)):
+            index = (first + step) % len(servers)
+            try:
+                response = self._call(
+                    servers[index], codes.GET_ROUTEINFO_BY_TOPIC,
+                    {"topic": topic, "acceptStandardJsonOnly": True},
+                )
+            except RocketMQError as err:
+                if not err.retriable:
+                    raise
+                last_error = err
+                continue
+            with self._name_server_lock:
+                self._preferred_name_server = index
+            return parse_route(topic, response.body)
+        assert last_error is not None
+        raise last_error
+
+    # ------------------------------------------------------------------- broker
+
+    def pull(
+        self,
+        address: str,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        group: str,
+        max_messages: int,
+        subscription: str = SUBSCRIBE_ALL,
+        expression_type: str = EXPRESSION_TAG,
+        suspend_timeout_ms: int = 0,
+    ) -> PullResult:
+        """Pull up to ``max_messages`` from ``offset``; long-polls when ``suspend_timeout_ms`` > 0."""
+        sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
+        fields = {
+            "consumerGroup": group,
+            "topic": queue.topic,
+            "queueId": queue.queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": max_messages,
+            "sysFlag": sys_flag,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": suspend_timeout_ms,
+            "subscription": subscription,
+            "subVersion": 0,
+            "expressionType": expression_type,
+            "bname": queue.broker_name,
+        }
+        timeout = self.config.request_timeout + suspend_timeout_ms / 1000
+        response = self._call(address, codes.PULL_MESSAGE, fields, accept=tuple(_PULL_STATUS_BY_CODE),
+                              timeout=timeout)
+        return PullResult(
+            status=_PULL_STATUS_BY_CODE[response.code],
+            next_begin_offset=self._int_field(response, "nextBeginOffset"),
+            min_offset=self._int_field(response, "minOffset"),
+            max_offset=self._int_field(response, "maxOffset"),
+            body=response.body,
+            suggest_which_broker_id=int(response.ext_fields.get("suggestWhichBrokerId", 0)),
+        )
+
+    def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
+        """The group's stored offset on the queue (the next to read), or None if nothing is stored.
+
+        ``setZeroIfNotFound=false`` makes a 5.x broker answer QUERY_NOT_FOUND instead of
+        guessing 0 for a queue whose first message is still in memory. A 4.9 broker ignores the
+        field: there "nothing stored" on such a queue reads as 0, which starts it at its first
+        message all the same.
+        """
+        fields = {
+            "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
+            "setZeroIfNotFound": False, "bname": queue.broker_name,
+        }
+        response = self._call(address, codes.QUERY_CONSUMER_OFFSET, fields,
+                              accept=(codes.SUCCESS, codes.QUERY_NOT_FOUND))
+        if response.code == codes.QUERY_NOT_FOUND:
+            return None
+        return self._int_field(response, "offset")
+
+    def update_consumer_offset(self, address: str, queue: MessageQueue, group: str, offset: int) -> None:
+        """Store ``offset`` (the next offset to read) for the group on the queue."""
+        fields = {
+            "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
+            "commitOffset": offset, "bname": queue.broker_name,
+        }
+        self._call(address, codes.UPDATE_CONSUMER_OFFSET, fields)
+
+    def min_offset(self, address: str, queue: MessageQueue) -> int:
+        fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
+        return self._int_field(self._call(address, codes.GET_MIN_OFFSET, fields), "offset")
+
+    def max_offset(self, address: str, queue: MessageQueue) -> int:
+        """The offset the next message will get (one past the last stored)."""
+        fields = {"topic": queue.topic, "queueId": queue.queue_id, "committed": True, "bname": queue.broker_name}
+        return self._int_field(self._call(address, codes.GET_MAX_OFFSET, fields), "offset")
+
+    def search_offset(
+        self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
+    ) -> int:
+        """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or before."""
+        fields = {
+            "topic": queue.topic, "queueId": queue.queue_id, "timestamp": timestamp_ms,
+            "boundaryType": boundary.value, "bname": queue.broker_name,
+        }
+        return self._int_field(self._call(address, codes.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
+
+    def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
+        fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
+        return self._int_field(self._call(address, codes.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
+
+    def create_topic(
+        self, address: str, topic: str, queues: int, perm: int = PERM_READ_WRITE, broker_name: str | None = None
+    ) -> None:
+        """Create or update a topic on one broker (used by tests and tooling, never by the source)."""
+        fields = {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+            "bname": broker_name,
+        }
+        self._call(address, codes.UPDATE_AND_CREATE_TOPIC, fields)

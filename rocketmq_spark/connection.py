@@ -1,0 +1,201 @@
+"""Moving remoting commands over TCP: sockets, correlation ids, timeouts. Nothing else.
+
+One ``Connection`` is one socket to one address. Any number of threads may send requests on it at
+once; a reader thread matches each response to its request by ``opaque`` id, so pulls to the same
+broker can be in flight together. Requests the server starts on its own (consumer-id change
+notices and the like) are dropped: this client holds no state they could update.
+
+``ConnectionPool`` keeps one live connection per address and replaces one that failed, which is
+how callers reconnect: the next request to that address opens a new socket.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+
+from rocketmq_spark import codes
+from rocketmq_spark.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
+
+RECEIVE_CHUNK_BYTES = 1024 * 1024
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+
+# Opaque ids are Java ints on the wire; wrap well before the signed 32-bit limit.
+_OPAQUE_LIMIT = 2**31 - 1
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[ipv6]:port`` into its parts."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not a host:port address: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class _Pending:
+    """A request waiting for its response (or for the connection's failure)."""
+
+    __slots__ = ("done", "response", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.response: RemotingCommand | None = None
+        self.error: RocketMQError | None = None
+
+
+class Connection:
+    """One TCP (optionally TLS) connection to a name server, broker or proxy."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        connect_timeout: float,
+        tls_context: ssl.SSLContext | None = None,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+    ) -> None:
+        self.address = address
+        host, port = split_address(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+            if tls_context is not None:
+                sock = tls_context.wrap_socket(sock, server_hostname=host)
+        except (OSError, ssl.SSLError) as err:
+            raise ConnectionFailedError(f"cannot connect to {address}: {err}") from err
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        self._sock = sock
+        self._frames = FrameReader(max_frame_length)
+        self._send_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._opaque = itertools.count(1)
+        self._failure: RocketMQError | None = None
+        self._reader = threading.Thread(target=self._read_loop, name=f"rocketmq-reader-{address}", daemon=True)
+        self._reader.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._failure is not None
+
+    def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait up to ``timeout`` seconds for its response."""
+        opaque = next(self._opaque) % _OPAQUE_LIMIT
+        command.opaque = opaque
+        frame = encode_frame(command)
+        pending = _Pending()
+        with self._state_lock:
+            if self._failure is not None:
+                raise self._failure
+            self._pending[opaque] = pending
+        try:
+            with self._send_lock:
+                self._sock.sendall(frame)
+        except OSError as err:
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}"))
+        if not pending.done.wait(timeout):
+            with self._state_lock:
+                self._pending.pop(opaque, None)
+            raise RequestTimeoutError(
+                f"no answer from {self.address} within {timeout:.1f}s to request code {command.code}"
+            )
+        if pending.error is not None:
+            raise pending.error
+        assert pending.response is not None
+        return pending.response
+
+    def close(self) -> None:
+        """Close the socket; requests still waiting fail with ConnectionFailedError."""
+        self._fail(ConnectionFailedError(f"connection to {self.address} closed"))
+        if self._reader is not threading.current_thread():
+            self._reader.join()
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                data = self._sock.recv(RECEIVE_CHUNK_BYTES)
+                if not data:
+                    raise ConnectionFailedError(f"{self.address} closed the connection")
+                for command in self._frames.feed(data):
+                    self._dispatch(command)
+        except RocketMQError as err:
+            self._fail(err)
+        except OSError as err:
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}"))
+
+    def _dispatch(self, command: RemotingCommand) -> None:
+        if not command.is_response:
+            return  # a server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)
+        with self._state_lock:
+            pending = self._pending.pop(command.opaque, None)
+        if pending is not None:  # None: the caller already gave up on it
+            pending.response = command
+            pending.done.set()
+
+    def _fail(self, error: RocketMQError) -> None:
+        with self._state_lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+            waiting = list(self._pending.values())
+            self._pending.clear()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        for pending in waiting:
+            pending.error = error
+            pending.done.set()
+
+
+ConnectionFactory = Callable[[str], Connection]
+
+
+class ConnectionPool:
+    """One live connection per address, opened on first use and replaced after a failure."""
+
+    def __init__(self, factory: ConnectionFactory) -> None:
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+
+    def get(self, address: str) -> Connection:
+        with self._lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+        fresh = self._factory(address)  # outside the lock: connecting may take a while
+        with self._lock:
+            current = self._connections.get(address)
+            if current is not None and not current.closed:
+                winner = current
+            else:
+                self._connections[address] = winner = fresh
+        if winner is not fresh:
+            fresh.close()
+        return winner
+
+    def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send on the address's connection; a connection that fails or hits a protocol error is dropped."""
+        conn = self.get(address)
+        try:
+            response = conn.request(command, timeout)
+        except ProtocolError:
+            conn.close()
+            raise
+        if response.code == codes.GO_AWAY:
+            conn.close()  # the server is shutting this channel down; the next request reconnects
+        return response
+
+    def close(self) -> None:
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for conn in connections:
+            conn.close()

@@ -1,0 +1,135 @@
+"""Topic routes from the name server: which brokers serve a topic, with how many queues. No I/O.
+
+Name servers older than 4.9.4, or asked without ``acceptStandardJsonOnly``, write ``brokerAddrs``
+(a ``HashMap<Long, String>``) with bare numeric keys, ``{0:"127.0.0.1:10911"}``, which is not
+JSON. ``parse_route`` quotes such keys before parsing, but only outside string literals, so a
+broker address or name containing ``,1:`` is never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rocketmq_spark import codes
+from rocketmq_spark.errors import ProtocolError
+
+MASTER_BROKER_ID = 0
+
+# A bare integer map key: after "{" or ",", optional blanks, digits, optional blanks, ":".
+_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+# A JSON string literal, escapes included.
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """A RocketMQ message queue: the unit of ordering, offsets and Spark partitions."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker_name}/{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & codes.PERM_READ)
+
+
+@dataclass(frozen=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    addresses: dict[int, str]
+
+    @property
+    def master_address(self) -> str | None:
+        return self.addresses.get(MASTER_BROKER_ID)
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    topic: str
+    queue_datas: tuple[QueueData, ...]
+    brokers: dict[str, BrokerData]
+
+    def readable_queues(self) -> list[MessageQueue]:
+        """Every queue a consumer can read, in a stable order."""
+        queues = [
+            MessageQueue(self.topic, qd.broker_name, queue_id)
+            for qd in self.queue_datas
+            if qd.readable
+            for queue_id in range(qd.read_queue_nums)
+        ]
+        return sorted(queues)
+
+    def master_address(self, broker_name: str) -> str | None:
+        broker = self.brokers.get(broker_name)
+        return broker.master_address if broker else None
+
+
+def quote_bare_int_keys(text: str) -> str:
+    """Quote numeric map keys outside string literals so the text becomes valid JSON."""
+    out: list[str] = []
+    position = 0
+    for literal in _STRING_LITERAL.finditer(text):
+        out.append(_BARE_INT_KEY.sub(r'\1"\2"\3', text[position : literal.start()]))
+        out.append(literal.group())
+        position = literal.end()
+    out.append(_BARE_INT_KEY.sub(r'\1"\2"\3', text[position:]))
+    return "".join(out)
+
+
+def _load(body: bytes) -> dict[str, Any]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ProtocolError(f"topic route body is not UTF-8: {err}") from err
+    for candidate in (text, quote_bare_int_keys(text)):
+        try:
+            data = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    raise ProtocolError(f"topic route body is not a JSON object: {text[:200]!r}")
+
+
+def parse_route(topic: str, body: bytes) -> TopicRoute:
+    """TopicRouteData JSON into a TopicRoute; 4.x ``topicSynFlag`` is accepted as well."""
+    data = _load(body)
+    try:
+        queue_datas = tuple(
+            QueueData(
+                broker_name=str(q["brokerName"]),
+                read_queue_nums=int(q["readQueueNums"]),
+                write_queue_nums=int(q["writeQueueNums"]),
+                perm=int(q["perm"]),
+                topic_sys_flag=int(q.get("topicSysFlag", q.get("topicSynFlag", 0))),
+            )
+            for q in data.get("queueDatas") or []
+        )
+        brokers = {
+            str(b["brokerName"]): BrokerData(
+                cluster=str(b.get("cluster", "")),
+                broker_name=str(b["brokerName"]),
+                addresses={int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
+            )
+            for b in data.get("brokerDatas") or []
+        }
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ProtocolError(f"topic route for {topic} is missing or mistypes a field: {err!r}") from err
+    return TopicRoute(topic=topic, queue_datas=queue_datas, brokers=brokers)
