@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(INSTALLED): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(INSTALLED)
 
 integration/target/classpath.txt: $(INSTALLED) integration/pom.xml $(shell find integration/tool -name '*.java')

@@ -1,0 +1,8 @@
+"""Lets Spark find the ``rocketmq`` source with no register call.
+
+Spark scans top-level modules whose names start with ``pyspark_`` for a ``DefaultSource``.
+"""
+
+from rocketmq_spark.datasource import RocketMQDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

@@ -1,0 +1,61 @@
+"""The offset model: a queue offset per MessageQueue, and its JSON forms. No I/O.
+
+Spark checkpoints a stream's offsets as JSON objects; users write starting and ending offsets
+the same way. Both use ``{"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}``, where an offset
+is always the next offset to read (ranges are ``[start, end)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rocketmq_spark.route import MessageQueue
+
+OffsetMap = dict[MessageQueue, int]
+NAMESPACE_SEPARATOR = "%"
+
+
+def to_spark(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, dict[str, int]]]:
+    """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for queue in sorted(offsets):
+        out.setdefault(queue.topic, {}).setdefault(queue.broker_name, {})[str(queue.queue_id)] = offsets[queue]
+    return out
+
+
+def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> OffsetMap:
+    """The inverse of ``to_spark``; raises ValueError on anything that is not that shape."""
+    if not isinstance(nested, Mapping):
+        raise ValueError("the top level must be an object of topics")
+    offsets: OffsetMap = {}
+    for topic, brokers in nested.items():
+        if not isinstance(brokers, Mapping):
+            raise ValueError(f"topic '{topic}' must map broker names to objects of queue ids")
+        full_topic = topic
+        if namespace and not topic.startswith(namespace + NAMESPACE_SEPARATOR):
+            full_topic = f"{namespace}{NAMESPACE_SEPARATOR}{topic}"
+        for broker, queues in brokers.items():
+            if not isinstance(queues, Mapping):
+                raise ValueError(f"broker '{broker}' of topic '{topic}' must map queue ids to offsets")
+            for queue_id, offset in queues.items():
+                if not str(queue_id).isdigit():
+                    raise ValueError(f"queue id '{queue_id}' of {topic}/{broker} is not a whole number")
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                    raise ValueError(f"offset {offset!r} of {topic}/{broker}/{queue_id} is not a whole number >= 0")
+                offsets[MessageQueue(full_topic, str(broker), int(queue_id))] = offset
+    return offsets
+
+
+def parse_offset_json(text: str, namespace: str | None = None) -> OffsetMap:
+    """Offsets a user wrote as JSON; raises ValueError saying what is wrong."""
+    try:
+        nested = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON: {err}") from err
+    return from_spark(nested, namespace)
+
+
+def total(offsets: Mapping[MessageQueue, int]) -> int:
+    return sum(offsets.values())

@@ -1,0 +1,362 @@
+"""Every user option of the ``rocketmq`` source, parsed and checked in one place.
+
+Spark options are case-insensitive strings. ``parse_options`` turns them into a typed, immutable
+``SourceOptions`` or raises ``ConfigurationError`` naming the option, the problem and the fix,
+before any job runs. Checks that need the broker (an offset for a queue that does not exist) are
+made by the readers when they first resolve offsets.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials
+from rocketmq_spark.client import parse_name_servers
+from rocketmq_spark.errors import ConfigurationError
+from rocketmq_spark.message import parse_tag_expression
+from rocketmq_spark.offsets import OffsetMap, parse_offset_json
+
+# Option names exactly as documented; matching is case-insensitive.
+NAME_SERVER = "nameServer"
+TOPIC = "topic"
+CONSUMER_GROUP = "consumerGroup"
+SUB_EXPRESSION = "subExpression"
+EXPRESSION_TYPE = "expressionType"
+CONSUME_FROM_WHERE = "consumeFromWhere"
+CONSUME_TIMESTAMP = "consumeTimestamp"
+STARTING_OFFSETS = "startingOffsets"
+STARTING_TIMESTAMP = "startingTimestamp"
+ENDING_OFFSETS = "endingOffsets"
+ENDING_TIMESTAMP = "endingTimestamp"
+MAX_MESSAGES_PER_TRIGGER = "maxMessagesPerTrigger"
+MIN_MESSAGES_PER_TRIGGER = "minMessagesPerTrigger"
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+MIN_PARTITIONS = "minPartitions"
+MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+COMMIT_OFFSETS = "commitOffsets"
+PULL_BATCH_SIZE = "pullBatchSize"
+PULL_TIMEOUT_MS = "pullTimeoutMs"
+ACCESS_KEY = "accessKey"
+SECRET_KEY = "secretKey"
+SECURITY_TOKEN = "securityToken"
+TLS = "tls"
+NAMESPACE = "namespace"
+
+ALL_OPTIONS = (
+    NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
+    CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
+    MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
+    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, COMMIT_OFFSETS, PULL_BATCH_SIZE, PULL_TIMEOUT_MS,
+    ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
+)
+_CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
+# Options Spark itself may add to a source's map.
+_SPARK_OWNED = frozenset({"path"})
+
+DEFAULT_PULL_BATCH_SIZE = 32
+DEFAULT_PULL_TIMEOUT_MS = 10_000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
+# RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
+ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
+ROCKETMQ_TIMESTAMP_DIGITS = 14
+NAMESPACE_SEPARATOR = "%"
+MS_PER_SECOND = 1000
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                "h": 3_600_000, "d": 86_400_000}
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a queue starts when the group has no stored offset on it (RocketMQ's names)."""
+
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class StartingMode(enum.Enum):
+    GROUP = "group"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    SPECIFIC = "json"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The parsed options; topics and group carry the namespace prefix when one is set."""
+
+    client: ClientConfig
+    topics: tuple[str, ...]
+    consumer_group: str | None
+    sub_expression: str
+    expression_type: str
+    consume_from_where: ConsumeFromWhere
+    consume_timestamp_ms: int
+    starting_mode: StartingMode
+    starting_offsets: OffsetMap
+    starting_timestamp_ms: int | None
+    ending_offsets: OffsetMap | None  # None = latest as of planning
+    ending_timestamp_ms: int | None
+    max_messages_per_trigger: int | None
+    min_messages_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    max_messages_per_partition: int | None
+    fail_on_data_loss: bool
+    commit_offsets: bool
+    pull_batch_size: int
+    namespace: str | None
+
+    @property
+    def tag_filter(self) -> frozenset[str] | None:
+        """Tags kept after the broker's hash-code filter; None keeps everything."""
+        if self.expression_type != EXPRESSION_TAG:
+            return None
+        return parse_tag_expression(self.sub_expression)
+
+    def display_topic(self, topic: str) -> str:
+        """The topic as the user named it (RocketMQ clients strip the namespace the same way)."""
+        return without_namespace(topic, self.namespace)
+
+
+def with_namespace(resource: str, namespace: str | None) -> str:
+    if not namespace or resource.startswith(namespace + NAMESPACE_SEPARATOR):
+        return resource
+    return f"{namespace}{NAMESPACE_SEPARATOR}{resource}"
+
+
+def without_namespace(resource: str, namespace: str | None) -> str:
+    prefix = f"{namespace}{NAMESPACE_SEPARATOR}" if namespace else None
+    return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
+
+
+class _Reader:
+    """Case-insensitive access to the raw option strings, with typed getters that explain errors."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self.values: dict[str, str] = {}
+        unknown = []
+        for key, value in raw.items():
+            canonical = _CANONICAL.get(key.lower())
+            if canonical is None:
+                if key.lower() not in _SPARK_OWNED:
+                    unknown.append(key)
+                continue
+            self.values[canonical] = str(value)
+        if unknown:
+            raise ConfigurationError(
+                ", ".join(sorted(unknown)), "not an option of the rocketmq source",
+                f"Check the spelling; the options are: {', '.join(ALL_OPTIONS)}",
+            )
+
+    def get(self, name: str) -> str | None:
+        value = self.values.get(name)
+        return value.strip() if value is not None and value.strip() else None
+
+    def required(self, name: str, fix: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise ConfigurationError(name, "is required", fix)
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.get(name)
+        if value is None:
+            return default
+        for option in allowed:
+            if value.upper() == option.upper():
+                return option
+        raise ConfigurationError(name, f"unknown value '{value}'", f"Use one of: {', '.join(allowed)}")
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigurationError(name, f"unknown value '{value}'", "Use one of: true, false")
+
+    def positive_int(self, name: str, default: int | None = None) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number <= 0:
+            raise ConfigurationError(name, f"'{value}' is not a positive whole number", "Give a number above 0")
+        return number
+
+    def epoch_ms(self, name: str) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        if not value.isdigit():
+            raise ConfigurationError(name, f"'{value}' is not a time in epoch milliseconds",
+                                     "Give milliseconds since 1970-01-01T00:00:00Z, e.g. 1700000000000")
+        return int(value)
+
+    def duration_ms(self, name: str, default: int) -> int:
+        value = self.get(name)
+        if value is None:
+            return default
+        match = _DURATION.match(value)
+        if match is None:
+            raise ConfigurationError(name, f"'{value}' is not a duration",
+                                     "Write it as Spark does: a number with a unit, e.g. 500ms, 30s, 15m, 1h")
+        unit = match.group(2).lower() if match.group(2) else None
+        return int(int(match.group(1)) * _DURATION_MS[unit])
+
+
+def _consume_timestamp(reader: _Reader, now_ms: int) -> int:
+    value = reader.get(CONSUME_TIMESTAMP)
+    if value is None:
+        return now_ms - DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS
+    if value.isdigit() and len(value) == ROCKETMQ_TIMESTAMP_DIGITS:
+        try:
+            return int(datetime.strptime(value, ROCKETMQ_TIMESTAMP_FORMAT).timestamp() * MS_PER_SECOND)
+        except ValueError:
+            pass
+    elif value.isdigit():
+        return int(value)
+    raise ConfigurationError(CONSUME_TIMESTAMP, f"'{value}' is not a time",
+                             "Use RocketMQ's yyyyMMddHHmmss (driver time zone), e.g. 20240131235959, "
+                             "or epoch milliseconds")
+
+
+def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tuple[str, ...]) -> OffsetMap:
+    text = reader.get(name)
+    assert text is not None
+    try:
+        offsets = parse_offset_json(text, namespace=namespace)
+    except ValueError as err:
+        raise ConfigurationError(
+            name, f"malformed offsets ({err})",
+            'Use JSON like {"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}',
+        ) from err
+    stray = sorted({queue.topic for queue in offsets} - set(topics))
+    if stray:
+        raise ConfigurationError(name, f"names topics the query does not read: {', '.join(stray)}",
+                                 f"List only topics from the '{TOPIC}' option")
+    return offsets
+
+
+def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None = None) -> SourceOptions:
+    """Parse and check the options of a stream (``streaming``) or a batch read."""
+    now = int(time.time() * MS_PER_SECOND) if now_ms is None else now_ms
+    reader = _Reader(raw)
+    name_servers = parse_name_servers(reader.required(
+        NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
+    for address in name_servers:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(NAME_SERVER, f"'{address}' is not host:port", "Write host:port[;host:port...]")
+    namespace = reader.get(NAMESPACE)
+    topic_names = [t.strip() for t in reader.required(
+        TOPIC, "Set it to the topic to read, or several separated by commas").split(",") if t.strip()]
+    if not topic_names:
+        raise ConfigurationError(TOPIC, "names no topic", "Set it to the topic to read, or several separated by commas")
+    topics = tuple(dict.fromkeys(with_namespace(t, namespace) for t in topic_names))
+
+    group = reader.get(CONSUMER_GROUP)
+    if streaming and group is None:
+        raise ConfigurationError(
+            CONSUMER_GROUP, "is required for streams",
+            "Set it to the consumer group whose stored offsets the stream starts from and commits to")
+    if group is not None:
+        group = with_namespace(group, namespace)
+
+    expression_type = reader.choice(EXPRESSION_TYPE, (EXPRESSION_TAG, EXPRESSION_SQL92), EXPRESSION_TAG)
+    sub_expression = reader.get(SUB_EXPRESSION) or SUBSCRIBE_ALL
+    if expression_type == EXPRESSION_SQL92 and sub_expression == SUBSCRIBE_ALL:
+        raise ConfigurationError(SUB_EXPRESSION, "'*' is a tag expression, not SQL92",
+                                 "Give a SQL92 selector, e.g. a > 5 AND b = 'x', or use expressionType=TAG")
+
+    consume_from_where = ConsumeFromWhere(reader.choice(
+        CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
+
+    starting_text = reader.get(STARTING_OFFSETS)
+    default_mode = StartingMode.GROUP if streaming else StartingMode.EARLIEST
+    starting_offsets: OffsetMap = {}
+    if starting_text is None:
+        starting_mode = default_mode
+    elif starting_text.startswith("{"):
+        starting_mode = StartingMode.SPECIFIC
+        starting_offsets = _offsets_json(reader, STARTING_OFFSETS, namespace, topics)
+    else:
+        named = (StartingMode.GROUP, StartingMode.EARLIEST, StartingMode.LATEST)
+        starting_mode = StartingMode(reader.choice(
+            STARTING_OFFSETS, tuple(m.value for m in named) + ("JSON offsets",), default_mode.value).lower())
+    starting_timestamp = reader.epoch_ms(STARTING_TIMESTAMP)
+    if starting_timestamp is not None and starting_mode is StartingMode.SPECIFIC:
+        raise ConfigurationError(STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}",
+                                 "Give one of the two")
+
+    ending_offsets: OffsetMap | None = None
+    ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
+    ending_text = reader.get(ENDING_OFFSETS)
+    if streaming:
+        for name in (ENDING_OFFSETS, ENDING_TIMESTAMP):
+            if reader.get(name) is not None:
+                raise ConfigurationError(name, "applies to batch reads only",
+                                         "Remove it from the stream, or read with spark.read")
+    elif ending_text is not None and ending_text.lower() != "latest":
+        if not ending_text.startswith("{"):
+            raise ConfigurationError(ENDING_OFFSETS, f"unknown value '{ending_text}'",
+                                     "Use one of: latest, JSON offsets")
+        ending_offsets = _offsets_json(reader, ENDING_OFFSETS, namespace, topics)
+    if ending_timestamp is not None and ending_offsets is not None:
+        raise ConfigurationError(ENDING_TIMESTAMP, f"cannot be combined with JSON {ENDING_OFFSETS}",
+                                 "Give one of the two")
+
+    max_per_trigger = reader.positive_int(MAX_MESSAGES_PER_TRIGGER)
+    min_per_trigger = reader.positive_int(MIN_MESSAGES_PER_TRIGGER)
+    if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{min_per_trigger} exceeds "
+                                 f"{MAX_MESSAGES_PER_TRIGGER}={max_per_trigger}", "Make it at most that")
+
+    access_key = reader.get(ACCESS_KEY)
+    secret_key = reader.get(SECRET_KEY)
+    if (access_key is None) != (secret_key is None):
+        missing = SECRET_KEY if secret_key is None else ACCESS_KEY
+        raise ConfigurationError(missing, "is required with the other ACL credential",
+                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
+    credentials = None
+    if access_key is not None and secret_key is not None:
+        credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
+    pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS)
+    assert pull_timeout_ms is not None
+
+    return SourceOptions(
+        client=ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
+                            credentials=credentials, tls=reader.boolean(TLS, False)),
+        topics=topics,
+        consumer_group=group,
+        sub_expression=sub_expression,
+        expression_type=expression_type,
+        consume_from_where=consume_from_where,
+        consume_timestamp_ms=_consume_timestamp(reader, now),
+        starting_mode=starting_mode,
+        starting_offsets=starting_offsets,
+        starting_timestamp_ms=starting_timestamp,
+        ending_offsets=ending_offsets,
+        ending_timestamp_ms=ending_timestamp,
+        max_messages_per_trigger=max_per_trigger,
+        min_messages_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=reader.duration_ms(MAX_TRIGGER_DELAY, DEFAULT_MAX_TRIGGER_DELAY_MS),
+        min_partitions=reader.positive_int(MIN_PARTITIONS),
+        max_messages_per_partition=reader.positive_int(MAX_MESSAGES_PER_PARTITION),
+        fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
+        commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
+        pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
+        namespace=namespace,
+    )

@@ -1,0 +1,171 @@
+"""Reading one queue range on an executor: pull, trim, keep exact tag matches, yield Arrow batches.
+
+A Spark task gets a ``RocketMQPartition``: a picklable description of ``[start, end)`` on one
+queue with everything needed to pull it. Reading the same range twice yields the same rows,
+which is what lets Spark's checkpoint give exactly-once output.
+
+Python workers are reused across tasks, so clients are cached per process and keep their
+connections from one micro-batch to the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from rocketmq_spark.client import ClientConfig, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.errors import RocketMQError
+from rocketmq_spark.message import decode_columns
+from rocketmq_spark.options import SourceOptions
+from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
+from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.schema import BatchBuilder
+
+log = logging.getLogger(__name__)
+
+# Bounds of one Arrow batch: whichever is reached first.
+ARROW_BATCH_ROWS = 8192
+ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
+# Retries of a pull that failed in a way a retry can fix (connection lost, broker busy).
+RETRY_ATTEMPTS = 8
+RETRY_FIRST_BACKOFF_S = 0.2
+RETRY_MAX_BACKOFF_S = 5.0
+# A planned offset the broker says is not there yet: consume queue dispatch can trail the
+# commit log briefly after a broker restart. Wait this long before calling it lost.
+MISSING_DATA_WAIT_S = 5.0
+MISSING_DATA_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class RocketMQPartition(InputPartition):
+    """One Spark partition: offsets ``[start, end)`` of one queue."""
+
+    queue: MessageQueue
+    start: int
+    end: int
+    address: str
+    display_topic: str
+    client: ClientConfig
+    group: str
+    sub_expression: str
+    expression_type: str
+    tag_filter: frozenset[str] | None
+    pull_batch_size: int
+    fail_on_data_loss: bool
+
+
+_clients: dict[ClientConfig, RocketMQClient] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(config: ClientConfig) -> RocketMQClient:
+    """This process's client for the config, so connections outlive a single task."""
+    with _clients_lock:
+        client = _clients.get(config)
+        if client is None:
+            client = _clients[config] = RocketMQClient(config)
+        return client
+
+
+def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order."""
+    client = shared_client(part.client)
+    queue = part.queue
+    builder = BatchBuilder(part.display_topic, queue.broker_name, queue.queue_id)
+    tags = part.tag_filter
+    offset = part.start
+    while offset < part.end:
+        result = _pull(client, part, offset)
+        status = result.status
+        if status is PullStatus.FOUND:
+            cols = decode_columns(result.body)
+            offsets = cols.queue_offset
+            # A pull may run past the range (the broker returns whole batches); and a broker's tag
+            # filter compares hash codes, so equal hashes of different tags pass it.
+            if offsets and (offsets[-1] >= part.end or tags is not None):
+                keep = [i for i, o in enumerate(offsets)
+                        if o < part.end and (tags is None or cols.tags[i] in tags)]
+                builder.add(cols, keep)
+            else:
+                builder.add(cols)
+            offset = max(result.next_begin_offset, offset + 1)
+        elif status is PullStatus.NO_MATCHED_MSG:
+            offset = max(result.next_begin_offset, offset + 1)
+        elif status is PullStatus.OFFSET_ILLEGAL:
+            offset = _offset_moved(part, offset, result)
+        else:  # NO_NEW_MSG below the planned end
+            offset = _missing(client, part, offset)
+        if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
+            yield builder.flush()
+    if builder.rows:
+        yield builder.flush()
+
+
+def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int) -> PullResult:
+    backoff = RETRY_FIRST_BACKOFF_S
+    for attempt in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            return client.pull(
+                part.address, part.queue, offset, group=part.group,
+                max_messages=min(part.pull_batch_size, part.end - offset),
+                subscription=part.sub_expression, expression_type=part.expression_type,
+            )
+        except RocketMQError as err:
+            if not err.retriable or attempt == RETRY_ATTEMPTS:
+                raise
+            log.warning("pull of %s at %d failed (%s); retry %d of %d in %.1fs",
+                        part.queue, offset, err, attempt, RETRY_ATTEMPTS - 1, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_MAX_BACKOFF_S)
+    raise AssertionError("unreachable")
+
+
+def _offset_moved(part: RocketMQPartition, offset: int, result: PullResult) -> int:
+    """The broker no longer has ``offset``: below its min (expired) or above its max (gone backwards)."""
+    corrected = result.next_begin_offset
+    if corrected > offset:
+        lost_to = min(corrected, part.end)
+        on_data_loss([DataLoss(part.queue, offset, lost_to,
+                               f"were deleted or expired (the queue now starts at {result.min_offset})")],
+                     part.fail_on_data_loss)
+        return lost_to
+    on_data_loss([DataLoss(part.queue, offset, part.end,
+                           f"are beyond the queue's end {result.max_offset}: it went backwards")],
+                 part.fail_on_data_loss)
+    return part.end
+
+
+def _missing(client: RocketMQClient, part: RocketMQPartition, offset: int) -> int:
+    """Planned offsets the broker does not (yet) serve: wait briefly, then treat them as lost."""
+    deadline = time.monotonic() + MISSING_DATA_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(MISSING_DATA_POLL_S)
+        if client.max_offset(part.address, part.queue) > offset:
+            return offset
+    on_data_loss([DataLoss(part.queue, offset, part.end, "were planned but the broker no longer has them")],
+                 part.fail_on_data_loss)
+    return part.end
+
+
+BATCH_READ_GROUP = "rocketmq-spark-reader"
+
+
+def make_partitions(options: SourceOptions, ranges: list[QueueRange],
+                    addresses: Mapping[MessageQueue, str]) -> list[RocketMQPartition]:
+    """Partitions for planned ranges; a read without a group pulls as ``BATCH_READ_GROUP``."""
+    return [
+        RocketMQPartition(
+            queue=r.queue, start=r.start, end=r.end, address=addresses[r.queue],
+            display_topic=options.display_topic(r.queue.topic), client=options.client,
+            group=options.consumer_group or BATCH_READ_GROUP, sub_expression=options.sub_expression,
+            expression_type=options.expression_type, tag_filter=options.tag_filter,
+            pull_batch_size=options.pull_batch_size, fail_on_data_loss=options.fail_on_data_loss,
+        )
+        for r in ranges
+    ]

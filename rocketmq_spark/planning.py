@@ -1,0 +1,153 @@
+"""Pure planning of micro-batches and partitions from offsets: no I/O, tested alone.
+
+Everything here works on plain ``{MessageQueue: offset}`` maps, so the rules that decide what a
+batch reads (rate limits, splitting, data loss) can be checked exhaustively without a broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rocketmq_spark.errors import DataLossError
+from rocketmq_spark.offsets import OffsetMap
+from rocketmq_spark.route import MessageQueue
+
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class QueueRange:
+    """Offsets ``[start, end)`` of one queue: what one Spark partition reads."""
+
+    queue: MessageQueue
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Offsets ``[lost_from, lost_to)`` of a queue that a batch needed but the broker no longer has."""
+
+    queue: MessageQueue
+    lost_from: int
+    lost_to: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.queue}: offsets [{self.lost_from}, {self.lost_to}) {self.reason}"
+
+
+def backlog(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+    """New offsets per queue between start and latest (never negative)."""
+    return {queue: max(0, end - start.get(queue, end)) for queue, end in latest.items()}
+
+
+def rate_limit(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int], limit: int) -> OffsetMap:
+    """End offsets that read at most ``limit`` offsets in all, shared by backlog.
+
+    Each queue gets ``floor(limit * its backlog / total backlog)``; what rounding leaves over
+    goes one by one to the queues with the largest remainders, so the whole limit is used when
+    the backlog is larger and no queue is starved by rounding alone.
+    """
+    lag = backlog(start, latest)
+    total_lag = sum(lag.values())
+    if total_lag <= limit:
+        return dict(latest)
+    shares = {queue: limit * n / total_lag for queue, n in lag.items()}
+    granted = {queue: math.floor(share) for queue, share in shares.items()}
+    leftover = limit - sum(granted.values())
+    by_remainder = sorted(lag, key=lambda q: (granted[q] - shares[q], q))
+    for queue in by_remainder[:leftover]:
+        granted[queue] += 1
+    return {queue: start.get(queue, latest[queue]) + granted[queue] for queue in latest}
+
+
+def plan_ranges(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int]) -> list[QueueRange]:
+    """One range per queue of ``end`` that has something to read; ``start`` must cover every queue."""
+    return [QueueRange(q, start[q], end[q]) for q in sorted(end) if end[q] > start[q]]
+
+
+def split_ranges(
+    ranges: list[QueueRange], *, min_partitions: int | None = None, max_per_partition: int | None = None
+) -> list[QueueRange]:
+    """Split ranges so none is longer than ``max_per_partition`` and there are at least
+    ``min_partitions`` (when there are that many offsets); order within a queue is kept because the
+    pieces of a range are contiguous and listed in offset order.
+    """
+    pieces = ranges
+    if max_per_partition is not None:
+        pieces = [piece for r in pieces for piece in _split(r, math.ceil(r.size / max_per_partition))]
+    total = sum(r.size for r in pieces)
+    if min_partitions is not None and len(pieces) < min_partitions and total > 0:
+        # Give each further partition to the piece with the most offsets per partition, so large
+        # queues take the extra partitions and the count is exact (rounding shares is not).
+        parts = dict.fromkeys(pieces, 1)
+        for _ in range(min(min_partitions, total) - len(pieces)):
+            widest = max((r for r in pieces if parts[r] < r.size), key=lambda r: (r.size / parts[r], r))
+            parts[widest] += 1
+        pieces = [piece for r in pieces for piece in _split(r, parts[r])]
+    return pieces
+
+
+def _split(r: QueueRange, parts: int) -> list[QueueRange]:
+    parts = max(1, min(parts, r.size))
+    step, remainder = divmod(r.size, parts)
+    out = []
+    cursor = r.start
+    for index in range(parts):
+        length = step + (1 if index < remainder else 0)
+        out.append(QueueRange(r.queue, cursor, cursor + length))
+        cursor += length
+    return out
+
+
+def reconcile(
+    start: Mapping[MessageQueue, int],
+    earliest: Mapping[MessageQueue, int],
+    latest: Mapping[MessageQueue, int],
+) -> tuple[OffsetMap, list[DataLoss]]:
+    """The one place that decides what counts as data loss when planning a batch.
+
+    A queue's start below its min offset lost the messages in between (expired or deleted); a
+    start above its max offset means the queue went backwards (topic recreated, broker store
+    wiped), and everything from its min offset on is new. Queues that vanished from the route
+    lose whatever was unread. Returns the corrected starts and the losses found; whether a loss
+    fails the query is the caller's policy (``failOnDataLoss``).
+    """
+    fixed: OffsetMap = {}
+    losses: list[DataLoss] = []
+    for queue, offset in start.items():
+        if queue not in latest:
+            losses.append(DataLoss(queue, offset, offset, "cannot be read: the queue is gone from the topic's route"))
+            continue
+        low, high = earliest[queue], latest[queue]
+        if offset < low:
+            losses.append(DataLoss(queue, offset, low, f"were deleted or expired (the queue now starts at {low})"))
+            fixed[queue] = low
+        elif offset > high:
+            losses.append(DataLoss(queue, high, offset,
+                                   f"are beyond the queue's end {high}: it went backwards (topic recreated?)"))
+            fixed[queue] = low
+        else:
+            fixed[queue] = offset
+    return fixed, losses
+
+
+def on_data_loss(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
+    """The data-loss policy, in one place: fail naming every loss, or warn and go on."""
+    if not losses:
+        return
+    detail = "; ".join(loss.describe() for loss in losses)
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"data the query needs is gone: {detail}. If skipping it is acceptable, set "
+            "failOnDataLoss=false and the query goes on from what exists.")
+    log.warning("skipping data that is gone (failOnDataLoss=false): %s", detail)

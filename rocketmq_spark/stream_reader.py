@@ -1,0 +1,159 @@
+"""The micro-batch reader on the driver: plans each batch's queue ranges and commits offsets.
+
+Spark calls ``latestOffset(start, limit)`` to plan a batch and ``commit(end)`` once a batch is in
+its commit log. ``commit`` trails by one batch and is never called for the last batch before a
+query stops, while ``latestOffset(start)`` is only called once the batch ending at ``start`` is
+committed. So both store offsets on the broker: the broker then trails the sink by at most one
+trigger, and the final batch of an AvailableNow run is stored too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+)
+
+from rocketmq_spark.errors import RocketMQError
+from rocketmq_spark.offset_reader import OffsetReader
+from rocketmq_spark.offsets import OffsetMap, from_spark, to_spark
+from rocketmq_spark.options import SourceOptions
+from rocketmq_spark.partition_reader import RocketMQPartition, make_partitions, read_partition
+from rocketmq_spark.planning import backlog, on_data_loss, plan_ranges, rate_limit, reconcile, split_ranges
+from rocketmq_spark.route import MessageQueue
+
+log = logging.getLogger(__name__)
+
+MS_PER_SECOND = 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * MS_PER_SECOND)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streams the source's topics as offset ranges per queue, with admission control."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._reader: OffsetReader | None = None
+        self._stored: OffsetMap = {}
+        self._latest: OffsetMap = {}
+        self._target: OffsetMap | None = None
+        self._last_batch_ms = _now_ms()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships the reader to executors for read(); connections stay on the driver.
+        state = dict(self.__dict__)
+        state["_reader"] = None
+        return state
+
+    @property
+    def offsets(self) -> OffsetReader:
+        if self._reader is None:
+            self._reader = OffsetReader(self.options)
+        return self._reader
+
+    # ---------------------------------------------------------------- offsets
+
+    def initialOffset(self) -> dict:
+        queues = self.offsets.queues()
+        return to_spark(self.offsets.starting_offsets(queues))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        opts = self.options
+        if opts.max_messages_per_trigger is not None:
+            return ReadMaxRows(opts.max_messages_per_trigger)
+        if opts.min_messages_per_trigger is not None:
+            return ReadMinRows(opts.min_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an AvailableNow run: what each queue holds now, and no queue added later."""
+        self._target = self.offsets.max_offsets(self.offsets.queues())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start_map = from_spark(start)
+        self._store(start_map)  # the batch that ended at start is in Spark's commit log
+        addresses = self.offsets.queues()
+        latest = self.offsets.max_offsets(addresses)
+        if self._target is not None:
+            latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}
+        self._latest = latest
+        earliest = self.offsets.min_offsets(latest)
+        # Queues that appeared since the query started are read from their first message.
+        full_start = {q: start_map.get(q, earliest[q]) for q in latest}
+        full_start.update({q: offset for q, offset in start_map.items() if q not in latest})
+        fixed, losses = reconcile(full_start, earliest, latest)
+        on_data_loss(losses, self.options.fail_on_data_loss)
+
+        if isinstance(limit, ReadAllAvailable):
+            end = latest
+        else:
+            if self._waiting_for_more(sum(backlog(fixed, latest).values())):
+                return start
+            end = latest
+            if self.options.max_messages_per_trigger is not None:
+                end = rate_limit(fixed, latest, self.options.max_messages_per_trigger)
+        if end != fixed:
+            self._last_batch_ms = _now_ms()
+        return to_spark(end)
+
+    def _waiting_for_more(self, available: int) -> bool:
+        """minMessagesPerTrigger: hold the batch until enough is there or maxTriggerDelay passed."""
+        wanted = self.options.min_messages_per_trigger
+        if wanted is None or self._target is not None or available >= wanted:
+            return False
+        return _now_ms() - self._last_batch_ms < self.options.max_trigger_delay_ms
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_spark(self._latest) if self._latest else None
+
+    # ------------------------------------------------------------- partitions
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        start_map, end_map = from_spark(start), from_spark(end)
+        # New queues, and queues that went backwards (their start is past their end), begin at
+        # their min offset; latestOffset has already applied the data-loss policy to the latter.
+        renew = [q for q in end_map if q not in start_map or start_map[q] > end_map[q]]
+        earliest = self.offsets.min_offsets(renew) if renew else {}
+        full_start = {q: earliest.get(q, start_map.get(q, 0)) for q in end_map}
+        ranges = split_ranges(plan_ranges(full_start, end_map), min_partitions=self.options.min_partitions,
+                              max_per_partition=self.options.max_messages_per_partition)
+        addresses = {r.queue: self.offsets.address(r.queue) for r in ranges}
+        return make_partitions(self.options, ranges, addresses)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RocketMQPartition)
+        return read_partition(partition)
+
+    # ----------------------------------------------------------------- commit
+
+    def commit(self, end: dict) -> None:
+        self._store(from_spark(end))
+
+    def _store(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Store what changed since the last store; a failure is retried at the next trigger."""
+        if not self.options.commit_offsets:
+            return
+        changed = {q: o for q, o in offsets.items() if self._stored.get(q) != o}
+        if not changed:
+            return
+        try:
+            self.offsets.commit(changed)
+        except RocketMQError as err:
+            log.warning("could not store offsets for group %s (%s); the next trigger tries again",
+                        self.options.consumer_group, err)
+            return
+        self._stored.update(changed)
+
+    def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

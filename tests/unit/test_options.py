@@ -1,0 +1,113 @@
+"""Option parsing: defaults from the options reference, and a clear error for each bad input."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from rocketmq_spark.errors import ConfigurationError
+from rocketmq_spark.options import ConsumeFromWhere, StartingMode, parse_options
+from rocketmq_spark.route import MessageQueue
+
+NOW_MS = 1_700_000_000_000
+BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}
+
+
+def stream(**extra: str) -> object:
+    return parse_options({**BASE, **extra}, streaming=True, now_ms=NOW_MS)
+
+
+def batch(**extra: str) -> object:
+    options = {**BASE, **extra}
+    return parse_options(options, streaming=False, now_ms=NOW_MS)
+
+
+def test_stream_defaults() -> None:
+    opts = stream()
+    assert opts.client.name_servers == ("127.0.0.1:9876",)
+    assert opts.client.request_timeout == 10.0
+    assert opts.topics == ("orders",)
+    assert opts.consumer_group == "g"
+    assert (opts.sub_expression, opts.expression_type) == ("*", "TAG")
+    assert opts.tag_filter is None
+    assert opts.consume_from_where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    assert opts.consume_timestamp_ms == NOW_MS - 30 * 60 * 1000
+    assert opts.starting_mode is StartingMode.GROUP
+    assert opts.max_trigger_delay_ms == 15 * 60 * 1000
+    assert (opts.fail_on_data_loss, opts.commit_offsets, opts.pull_batch_size) == (True, True, 32)
+
+
+def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
+    opts = parse_options({"nameServer": "h:1", "topic": "t"}, streaming=False, now_ms=NOW_MS)
+    assert opts.starting_mode is StartingMode.EARLIEST
+    assert opts.consumer_group is None
+    assert opts.ending_offsets is None
+
+
+def test_names_are_case_insensitive_and_values_parsed() -> None:
+    opts = stream(NAMESERVER="a:1;b:2", TOPIC=" x , y ,x", maxmessagespertrigger="100",
+                  MAXTRIGGERDELAY="30s", subexpression="TagA || TagB", pullbatchsize="64",
+                  consumefromwhere="consume_from_first_offset", failondataloss="FALSE")
+    assert opts.client.name_servers == ("a:1", "b:2")
+    assert opts.topics == ("x", "y")
+    assert opts.max_messages_per_trigger == 100
+    assert opts.max_trigger_delay_ms == 30_000
+    assert opts.tag_filter == frozenset({"TagA", "TagB"})
+    assert opts.pull_batch_size == 64
+    assert opts.consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    assert opts.fail_on_data_loss is False
+
+
+def test_consume_timestamp_in_rocketmq_format_or_epoch_ms() -> None:
+    expected = int(datetime(2024, 1, 31, 23, 59, 59).timestamp() * 1000)
+    assert stream(consumeTimestamp="20240131235959").consume_timestamp_ms == expected
+    assert stream(consumeTimestamp="1700000000123").consume_timestamp_ms == 1_700_000_000_123
+
+
+def test_json_starting_offsets_and_namespace() -> None:
+    opts = stream(startingOffsets='{"orders": {"broker-a": {"0": 5, "3": 0}}}', namespace="ns")
+    assert opts.topics == ("ns%orders",)
+    assert opts.consumer_group == "ns%g"
+    assert opts.starting_mode is StartingMode.SPECIFIC
+    assert opts.starting_offsets == {MessageQueue("ns%orders", "broker-a", 0): 5,
+                                     MessageQueue("ns%orders", "broker-a", 3): 0}
+    assert opts.display_topic("ns%orders") == "orders"
+
+
+@pytest.mark.parametrize(
+    ("streaming", "options", "option", "hint"),
+    [
+        (True, {"topic": "t", "consumerGroup": "g"}, "nameServer", "name server address"),
+        (True, {"nameServer": "h:1", "consumerGroup": "g"}, "topic", "topic to read"),
+        (True, {"nameServer": "h:1", "topic": "t"}, "consumerGroup", "required for streams"),
+        (True, {**BASE, "expressionType": "REGEX"}, "expressionType", "TAG, SQL92"),
+        (True, {**BASE, "consumeFromWhere": "FIRST"}, "consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET"),
+        (True, {**BASE, "startingOffsets": "begin"}, "startingOffsets", "group, earliest, latest"),
+        (True, {**BASE, "startingOffsets": "{not json"}, "startingOffsets", "malformed"),
+        (True, {**BASE, "startingOffsets": '{"orders": {"broker-a": {"0": -1}}}'}, "startingOffsets", "malformed"),
+        (True, {**BASE, "startingOffsets": '{"other": {"broker-a": {"0": 1}}}'}, "startingOffsets", "other"),
+        (True, {**BASE, "startingOffsets": '{"orders": {"b": {"0": 1}}}', "startingTimestamp": "1"},
+         "startingTimestamp", "cannot be combined"),
+        (True, {**BASE, "endingOffsets": "latest"}, "endingOffsets", "batch reads only"),
+        (True, {**BASE, "endingTimestamp": "1"}, "endingTimestamp", "batch reads only"),
+        (False, {**BASE, "endingOffsets": "earliest"}, "endingOffsets", "latest, JSON"),
+        (True, {**BASE, "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger", "positive whole number"),
+        (True, {**BASE, "maxMessagesPerTrigger": "5", "minMessagesPerTrigger": "9"}, "minMessagesPerTrigger",
+         "exceeds"),
+        (True, {**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "30s"),
+        (True, {**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss", "true, false"),
+        (True, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
+        (True, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
+        (True, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),
+        (True, {**BASE, "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger", "spelling"),
+        (True, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
+    ],
+)
+def test_bad_input_names_the_option_and_the_fix(streaming: bool, options: dict[str, str], option: str,
+                                                hint: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_options(options, streaming=streaming, now_ms=NOW_MS)
+    assert f"option '{option}'" in str(caught.value)
+    assert hint in str(caught.value)
+    assert caught.value.retriable is False
