@@ -19,6 +19,7 @@ from rocketmq_spark.offsets import OffsetMap
 from rocketmq_spark.options import (
     CONSUMER_GROUP, STARTING_OFFSETS, TOPIC, ConsumeFromWhere, SourceOptions, StartingMode,
 )
+from rocketmq_spark.retry import with_retries
 from rocketmq_spark.route import MessageQueue
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class OffsetReader:
         found: dict[MessageQueue, str] = {}
         for topic in self.options.topics:
             try:
-                route = self.client.topic_route(topic)
+                route = with_retries(lambda: self.client.topic_route(topic), f"route of {topic}")
             except TopicNotFoundError as err:
                 raise ConfigurationError(
                     TOPIC, f"topic '{self.options.display_topic(topic)}' does not exist on "
@@ -69,8 +70,10 @@ class OffsetReader:
         return self._addresses[queue]
 
     def _each(self, queues: Iterable[MessageQueue], call: Callable[[str, MessageQueue], T]) -> dict[MessageQueue, T]:
+        """``call`` for every queue in parallel, each retried while its broker is unreachable."""
         queue_list = list(queues)
-        results = self._pool.map(lambda q: call(self.address(q), q), queue_list)
+        results = self._pool.map(
+            lambda q: with_retries(lambda: call(self.address(q), q), f"request for {q}"), queue_list)
         return dict(zip(queue_list, results))
 
     # ----------------------------------------------------------------- offsets

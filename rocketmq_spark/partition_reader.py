@@ -20,10 +20,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.client import ClientConfig, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.errors import RocketMQError
 from rocketmq_spark.message import decode_columns
 from rocketmq_spark.options import SourceOptions
 from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
+from rocketmq_spark.retry import with_retries
 from rocketmq_spark.route import MessageQueue
 from rocketmq_spark.schema import BatchBuilder
 
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 # Bounds of one Arrow batch: whichever is reached first.
 ARROW_BATCH_ROWS = 8192
 ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
-# Retries of a pull that failed in a way a retry can fix (connection lost, broker busy).
-RETRY_ATTEMPTS = 8
-RETRY_FIRST_BACKOFF_S = 0.2
-RETRY_MAX_BACKOFF_S = 5.0
 # A planned offset the broker says is not there yet: consume queue dispatch can trail the
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
@@ -108,22 +104,14 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int) -> PullResult:
-    backoff = RETRY_FIRST_BACKOFF_S
-    for attempt in range(1, RETRY_ATTEMPTS + 1):
-        try:
-            return client.pull(
-                part.address, part.queue, offset, group=part.group,
-                max_messages=min(part.pull_batch_size, part.end - offset),
-                subscription=part.sub_expression, expression_type=part.expression_type,
-            )
-        except RocketMQError as err:
-            if not err.retriable or attempt == RETRY_ATTEMPTS:
-                raise
-            log.warning("pull of %s at %d failed (%s); retry %d of %d in %.1fs",
-                        part.queue, offset, err, attempt, RETRY_ATTEMPTS - 1, backoff)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, RETRY_MAX_BACKOFF_S)
-    raise AssertionError("unreachable")
+    return with_retries(
+        lambda: client.pull(
+            part.address, part.queue, offset, group=part.group,
+            max_messages=min(part.pull_batch_size, part.end - offset),
+            subscription=part.sub_expression, expression_type=part.expression_type,
+        ),
+        f"pull of {part.queue} at {offset}",
+    )
 
 
 def _offset_moved(part: RocketMQPartition, offset: int, result: PullResult) -> int:
@@ -146,7 +134,7 @@ def _missing(client: RocketMQClient, part: RocketMQPartition, offset: int) -> in
     deadline = time.monotonic() + MISSING_DATA_WAIT_S
     while time.monotonic() < deadline:
         time.sleep(MISSING_DATA_POLL_S)
-        if client.max_offset(part.address, part.queue) > offset:
+        if with_retries(lambda: client.max_offset(part.address, part.queue), f"max offset of {part.queue}") > offset:
             return offset
     on_data_loss([DataLoss(part.queue, offset, part.end, "were planned but the broker no longer has them")],
                  part.fail_on_data_loss)
