@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ TOOL_JAR = TARGET / "rocketmq-spark-it-tool.jar"
 CLASSPATH_FILE = TARGET / "classpath.txt"
 DEFAULT_WORKDIR = INTEGRATION_DIR / "work"
 STATE_FILE_NAME = "cluster.json"
+BUILD_LOCK_NAME = ".build.lock"
 
 CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
@@ -136,19 +138,32 @@ class ClusterConfig:
 # --------------------------------------------------------------------------- build
 
 
+def _is_fresh() -> bool:
+    if not (TOOL_JAR.exists() and CLASSPATH_FILE.exists()):
+        return False
+    built = min(TOOL_JAR.stat().st_mtime, CLASSPATH_FILE.stat().st_mtime)
+    return all(src.stat().st_mtime <= built for src in [POM, *INTEGRATION_DIR.glob("tool/src/**/*.java")])
+
+
 def ensure_built(force: bool = False) -> None:
-    """Build the tool jar and the classpath file unless they are newer than their sources."""
-    sources = [POM, *INTEGRATION_DIR.glob("tool/src/**/*.java")]
-    if not force and TOOL_JAR.exists() and CLASSPATH_FILE.exists():
-        built = min(TOOL_JAR.stat().st_mtime, CLASSPATH_FILE.stat().st_mtime)
-        if all(src.stat().st_mtime <= built for src in sources):
-            return
+    """Build the tool jar and the classpath file unless they are newer than their sources.
+
+    Tests run the tool from several processes at once; a lock keeps them from building into the
+    same target directory together, and whoever waited finds the build done.
+    """
+    if not force and _is_fresh():
+        return
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ClusterError("Maven (mvn) is not on PATH; install it to build the RocketMQ test tooling")
-    result = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(POM), "package"], capture_output=True, text=True, check=False
-    )
+    TARGET.mkdir(exist_ok=True)
+    with open(TARGET / BUILD_LOCK_NAME, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and _is_fresh():
+            return
+        result = subprocess.run(
+            [mvn, "-q", "-B", "-f", str(POM), "package"], capture_output=True, text=True, check=False
+        )
     if result.returncode != 0:
         raise ClusterError(f"mvn package failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
 
@@ -260,6 +275,7 @@ class Server:
     """One JVM the launcher started: enough to wait for it, report on it and stop it."""
 
     role: str
+    name: str
     pid: int
     ports: list[int]
     out_file: str
@@ -318,7 +334,7 @@ def spawn(config: ClusterConfig, role: str, name: str, main: str, heap: Sequence
             cwd=str(config.workdir), start_new_session=True,
             env={**os.environ, "ROCKETMQ_HOME": str(config.workdir)},
         )
-    return Server(role=role, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready)
+    return Server(role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready)
 
 
 def wait_ready(server: Server, deadline: float) -> None:
@@ -449,6 +465,9 @@ class Cluster:
 
     def _record(self, server: Server) -> None:
         self.servers.append(server)
+        self._save()
+
+    def _save(self) -> None:
         state = {"config": _config_to_json(self.config), "servers": [dataclasses.asdict(s) for s in self.servers]}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -466,18 +485,23 @@ class Cluster:
 
     def stop(self) -> None:
         """End exactly the recorded processes, newest first, then forget them."""
-        for server in reversed(self.servers):
-            if server.alive():
-                os.kill(server.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for server in reversed(self.servers):
-            while server.alive() and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-            if server.alive():
-                os.kill(server.pid, signal.SIGKILL)
-            _reap(server.pid)
+        _terminate(list(reversed(self.servers)))
         self.servers = []
         self.state_file.unlink(missing_ok=True)
+
+    def stop_broker(self, name: str) -> None:
+        """Stop one broker (its store stays), as an operator restarting it would."""
+        server = next((s for s in self.servers if s.name == name), None)
+        if server is None:
+            raise ClusterError(f"no running server named {name}")
+        _terminate([server])
+        self.servers.remove(server)
+        self._save()
+
+    def start_broker(self, name: str) -> None:
+        """Start a stopped broker again on its old store and ports."""
+        index = BROKER_NAMES.index(name)
+        wait_ready(self._spawn_broker(index), time.monotonic() + READY_TIMEOUT_S)
 
     def status(self) -> list[dict[str, Any]]:
         return [{"role": s.role, "pid": s.pid, "ports": s.ports, "alive": s.alive(),
@@ -518,6 +542,20 @@ def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAUL
     if check and result.returncode != 0:
         raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _terminate(servers: list[Server]) -> None:
+    """SIGTERM each server, wait for all, SIGKILL what is still there after STOP_TIMEOUT_S."""
+    for server in servers:
+        if server.alive():
+            os.kill(server.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for server in servers:
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if server.alive():
+            os.kill(server.pid, signal.SIGKILL)
+        _reap(server.pid)
 
 
 def _reap(pid: int) -> None:
