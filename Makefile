@@ -29,6 +29,11 @@ unit: $(INSTALLED)
 integration: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
+# The main job: orders into RocketMQ, a stream of the paid ones into parquet, committed offsets.
+demo: $(INSTALLED) integration/target/classpath.txt
+	$(PY) -m integration.cluster stop
+	$(PY) -m integration.demo
+
 cluster-start: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster start --proxy --property-filter
 
