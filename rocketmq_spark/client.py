@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from rocketmq_spark import codes
 from rocketmq_spark.codec import RemotingCommand
 from rocketmq_spark.connection import Connection, ConnectionPool
-from rocketmq_spark.errors import ProtocolError, RocketMQError, error_for_response
-from rocketmq_spark.route import MessageQueue, TopicRoute, parse_route
+from rocketmq_spark.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
+from rocketmq_spark.route import MessageQueue, TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.signing import sign
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
@@ -167,6 +167,21 @@ class RocketMQClient:
 
     def topic_route(self, topic: str) -> TopicRoute:
         """The topic's route, asking each name server in turn until one answers."""
+        response = self._ask_name_servers(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
+        return parse_route(topic, response.body)
+
+    def live_brokers(self) -> frozenset[str] | None:
+        """Brokers registered with the name server now, or None where that cannot be asked (a proxy)."""
+        try:
+            response = self._ask_name_servers(codes.GET_BROKER_CLUSTER_INFO, {})
+        except BrokerResponseError as err:
+            if err.code == codes.REQUEST_CODE_NOT_SUPPORTED:
+                return None
+            raise
+        return parse_live_brokers(response.body)
+
+    def _ask_name_servers(self, code: int, fields: Mapping[str, object]) -> RemotingCommand:
+        """Ask each name server in turn, from the last one that answered, until one answers."""
         servers = self.config.name_servers
         with self._name_server_lock:
             first = self._preferred_name_server
@@ -174,10 +189,7 @@ class RocketMQClient:
         for step in range(len(servers)):
             index = (first + step) % len(servers)
             try:
-                response = self._call(
-                    servers[index], codes.GET_ROUTEINFO_BY_TOPIC,
-                    {"topic": topic, "acceptStandardJsonOnly": True},
-                )
+                response = self._call(servers[index], code, fields)
             except RocketMQError as err:
                 if not err.retriable:
                     raise
@@ -185,7 +197,7 @@ class RocketMQClient:
                 continue
             with self._name_server_lock:
                 self._preferred_name_server = index
-            return parse_route(topic, response.body)
+            return response
         assert last_error is not None
         raise last_error
 

@@ -19,7 +19,7 @@ from rocketmq_spark.offsets import OffsetMap
 from rocketmq_spark.options import (
     CONSUMER_GROUP, STARTING_OFFSETS, TOPIC, ConsumeFromWhere, SourceOptions, StartingMode,
 )
-from rocketmq_spark.retry import with_retries
+from rocketmq_spark.retry import RETRY_BUDGET_S, with_retries
 from rocketmq_spark.route import MessageQueue
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,19 @@ class OffsetReader:
 
     # ------------------------------------------------------------------ routes
 
-    def queues(self) -> dict[MessageQueue, str]:
-        """Every readable queue of the source's topics, with the address to send its requests to."""
+    def queues(self, missing_ok: bool = False) -> dict[MessageQueue, str]:
+        """Every readable queue of the source's topics, with the address to send its requests to.
+
+        A topic the name server does not know is a configuration error when a query starts; once
+        it runs (``missing_ok``) it means that no broker serving the topic is registered right now.
+        """
         found: dict[MessageQueue, str] = {}
         for topic in self.options.topics:
             try:
                 route = with_retries(lambda: self.client.topic_route(topic), f"route of {topic}")
             except TopicNotFoundError as err:
+                if missing_ok:
+                    continue
                 raise ConfigurationError(
                     TOPIC, f"topic '{self.options.display_topic(topic)}' does not exist on "
                     f"{';'.join(self.options.client.name_servers)}",
@@ -58,8 +64,20 @@ class OffsetReader:
                 address = route.master_address(queue.broker_name)
                 if address is not None:
                     found[queue] = address
-        self._addresses.update(found)
+        self._addresses = found  # the routes as they are now: a stopped broker drops out
         return found
+
+    def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
+        """Of queues missing from the routes, those whose broker is not registered right now.
+
+        A stopped or restarting broker drops out of the routes; its queues come back with it, so
+        they are waited for, not lost. A queue whose broker is up but no longer lists it is gone.
+        """
+        queues = set(absent)
+        if not queues:
+            return set()
+        live = with_retries(self.client.live_brokers, "cluster info")
+        return {q for q in queues if live is None or q.broker_name not in live}
 
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:
@@ -69,11 +87,13 @@ class OffsetReader:
                                      "Name only queues the topic's route lists")
         return self._addresses[queue]
 
-    def _each(self, queues: Iterable[MessageQueue], call: Callable[[str, MessageQueue], T]) -> dict[MessageQueue, T]:
-        """``call`` for every queue in parallel, each retried while its broker is unreachable."""
+    def _each(self, queues: Iterable[MessageQueue], call: Callable[[str, MessageQueue], T],
+              retry: bool = True) -> dict[MessageQueue, T]:
+        """``call`` for every queue in parallel, each retried (if ``retry``) while its broker is unreachable."""
         queue_list = list(queues)
+        budget = RETRY_BUDGET_S if retry else 0.0
         results = self._pool.map(
-            lambda q: with_retries(lambda: call(self.address(q), q), f"request for {q}"), queue_list)
+            lambda q: with_retries(lambda: call(self.address(q), q), f"request for {q}", budget), queue_list)
         return dict(zip(queue_list, results))
 
     # ----------------------------------------------------------------- offsets
@@ -95,9 +115,15 @@ class OffsetReader:
                                      "Set the group whose stored offsets to start from, or another startingOffsets")
         return self._each(queues, lambda address, q: self.client.query_consumer_offset(address, q, group))
 
-    def commit(self, offsets: Mapping[MessageQueue, int]) -> None:
-        """Store each queue's next offset to read for the group."""
-        self._each(offsets, lambda address, q: self._store(address, q, offsets[q]))
+    def commit(self, offsets: Mapping[MessageQueue, int]) -> OffsetMap:
+        """Store each queue's next offset to read for the group; return what was stored.
+
+        One attempt each, and only on queues whose broker is routable now: what is left out is
+        stored at a later trigger, which is better than holding up this one.
+        """
+        routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
+        self._each(routable, lambda address, q: self._store(address, q, routable[q]), retry=False)
+        return routable
 
     def _store(self, address: str, queue: MessageQueue, offset: int) -> None:
         group = self.options.consumer_group

@@ -1,9 +1,9 @@
 """Retrying calls that failed in a way a retry can fix, with capped exponential backoff.
 
 Errors say themselves whether a retry can help (``RocketMQError.retriable``): a lost connection,
-a timeout, a busy or restarting broker. Anything else is raised at once. The default budget
-(about half a minute of waiting) lets a query ride out a broker restart; past it, the last error
-is raised so the query fails with the real cause.
+a timeout, a busy or restarting broker. Anything else is raised at once. Retries go on for up to
+``RETRY_BUDGET_S``, about what a broker takes to restart and recover its store, so a query rides
+out a restart; past it the last error is raised, so the query fails with the real cause.
 """
 
 from __future__ import annotations
@@ -19,21 +19,26 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RETRY_ATTEMPTS = 10
+RETRY_BUDGET_S = 60.0
 RETRY_FIRST_BACKOFF_S = 0.2
 RETRY_MAX_BACKOFF_S = 5.0
 
 
-def with_retries(call: Callable[[], T], what: str, attempts: int = RETRY_ATTEMPTS) -> T:
-    """Run ``call``; on a retriable RocketMQError wait and try again, up to ``attempts`` times."""
+def with_retries(call: Callable[[], T], what: str, budget_s: float = RETRY_BUDGET_S) -> T:
+    """Run ``call``; on a retriable RocketMQError wait and try again until ``budget_s`` has passed.
+
+    A budget of 0 means one attempt.
+    """
+    deadline = time.monotonic() + budget_s
     backoff = RETRY_FIRST_BACKOFF_S
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return call()
         except RocketMQError as err:
-            if not err.retriable or attempt == attempts:
+            if not err.retriable or time.monotonic() + backoff > deadline:
                 raise
-            log.warning("%s failed (%s); retry %d of %d in %.1fs", what, err, attempt, attempts - 1, backoff)
+            log.warning("%s failed (%s); attempt %d, next in %.1fs", what, err, attempt, backoff)
             time.sleep(backoff)
             backoff = min(backoff * 2, RETRY_MAX_BACKOFF_S)
-    raise AssertionError("unreachable")

@@ -108,6 +108,16 @@ def _load(body: bytes) -> dict[str, Any]:
     raise ProtocolError(f"topic route body is not a JSON object: {text[:200]!r}")
 
 
+def parse_live_brokers(body: bytes) -> frozenset[str]:
+    """Names of the brokers a name server's ClusterInfo lists with a master address."""
+    data = _load(body)
+    table = data.get("brokerAddrTable")
+    if not isinstance(table, dict):
+        raise ProtocolError("cluster info has no brokerAddrTable object")
+    return frozenset(name for name, broker in table.items()
+                     if isinstance(broker, dict) and str(MASTER_BROKER_ID) in map(str, broker.get("brokerAddrs") or {}))
+
+
 def parse_route(topic: str, body: bytes) -> TopicRoute:
     """TopicRouteData JSON into a TopicRoute; 4.x ``topicSynFlag`` is accepted as well."""
     data = _load(body)

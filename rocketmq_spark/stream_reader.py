@@ -81,15 +81,21 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_map = from_spark(start)
         self._store(start_map)  # the batch that ended at start is in Spark's commit log
-        addresses = self.offsets.queues()
+        addresses = self.offsets.queues(missing_ok=True)
         latest = self.offsets.max_offsets(addresses)
         if self._target is not None:
             latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}
         self._latest = latest
         earliest = self.offsets.min_offsets(latest)
+        # Queues whose broker is away keep their offsets until it is back.
+        waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
+        carried = {q: start_map[q] for q in waiting}
+        if carried:
+            log.warning("brokers of %s are not registered with the name server; their queues resume "
+                        "when they return", sorted({q.broker_name for q in carried}))
         # Queues that appeared since the query started are read from their first message.
         full_start = {q: start_map.get(q, earliest[q]) for q in latest}
-        full_start.update({q: offset for q, offset in start_map.items() if q not in latest})
+        full_start.update({q: o for q, o in start_map.items() if q not in latest and q not in carried})
         fixed, losses = reconcile(full_start, earliest, latest)
         on_data_loss(losses, self.options.fail_on_data_loss)
 
@@ -103,7 +109,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = rate_limit(fixed, latest, self.options.max_messages_per_trigger)
         if end != fixed:
             self._last_batch_ms = _now_ms()
-        return to_spark(end)
+        return to_spark({**carried, **end})
 
     def _waiting_for_more(self, available: int) -> bool:
         """minMessagesPerTrigger: hold the batch until enough is there or maxTriggerDelay passed."""
@@ -146,12 +152,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not changed:
             return
         try:
-            self.offsets.commit(changed)
+            stored = self.offsets.commit(changed)
         except RocketMQError as err:
             log.warning("could not store offsets for group %s (%s); the next trigger tries again",
                         self.options.consumer_group, err)
             return
-        self._stored.update(changed)
+        self._stored.update(stored)
 
     def stop(self) -> None:
         if self._reader is not None:

@@ -6,7 +6,7 @@ import pytest
 
 from rocketmq_spark.errors import ProtocolError
 from rocketmq_spark.offsets import from_spark, parse_offset_json, to_spark
-from rocketmq_spark.route import MessageQueue, parse_route, quote_bare_int_keys
+from rocketmq_spark.route import MessageQueue, parse_live_brokers, parse_route, quote_bare_int_keys
 
 
 def test_offsets_round_trip_through_spark_json() -> None:
@@ -48,3 +48,10 @@ def test_write_only_queues_are_not_readable() -> None:
 def test_broken_route_bodies_are_protocol_errors(body: bytes) -> None:
     with pytest.raises(ProtocolError):
         parse_route("t", body)
+
+
+def test_live_brokers_from_cluster_info_with_bare_keys() -> None:
+    body = (b'{"brokerAddrTable":{"broker-b":{"brokerAddrs":{0:"127.0.0.1:10921"},"brokerName":"broker-b"},'
+            b'"broker-s":{"brokerAddrs":{1:"127.0.0.1:10931"},"brokerName":"broker-s"}},'
+            b'"clusterAddrTable":{"DefaultCluster":["broker-b","broker-s"]}}')
+    assert parse_live_brokers(body) == frozenset({"broker-b"})  # a slave alone serves no pulls here
