@@ -164,8 +164,12 @@ def ensure_built(force: bool = False) -> None:
         result = subprocess.run(
             [mvn, "-q", "-B", "-f", str(POM), "package"], capture_output=True, text=True, check=False
         )
-    if result.returncode != 0:
-        raise ClusterError(f"mvn package failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        if result.returncode != 0:
+            raise ClusterError(f"mvn package failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        # Maven leaves up-to-date outputs untouched; mark them as built now, or every later
+        # call would find them older than the sources and build again.
+        for output in (TOOL_JAR, CLASSPATH_FILE):
+            output.touch()
 
 
 def classpath() -> str:
@@ -205,7 +209,6 @@ def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
         "mappedFileSizeConsumeQueue": str(CONSUME_QUEUE_ENTRY_BYTES * CONSUME_QUEUE_FILE_ENTRIES),
         "maxIndexNum": "100000",
         "maxHashSlotNum": "50000",
-        "timerWheelEnable": "false",
         "diskMaxUsedSpaceRatio": "95",
         "diskSpaceWarningLevelRatio": "98",
         "diskSpaceCleanForciblyRatio": "97",
