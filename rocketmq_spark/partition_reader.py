@@ -14,13 +14,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.client import ClientConfig, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.message import decode_columns
+from rocketmq_spark.message import MessageColumns, decode_columns
 from rocketmq_spark.options import SourceOptions
 from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
 from rocketmq_spark.retry import with_retries
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 # Bounds of one Arrow batch: whichever is reached first.
 ARROW_BATCH_ROWS = 8192
 ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
+PREFETCH_THREADS = 4
 # A planned offset the broker says is not there yet: consume queue dispatch can trail the
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
@@ -57,6 +59,8 @@ class RocketMQPartition(InputPartition):
 
 
 _clients: dict[ClientConfig, RocketMQClient] = {}
+# Pulls run here while the task's own thread decodes; one in flight per reading task.
+_prefetch = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="rocketmq-pull")
 _clients_lock = threading.Lock()
 
 
@@ -70,37 +74,55 @@ def shared_client(config: ClientConfig) -> RocketMQClient:
 
 
 def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order."""
+    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order.
+
+    The next pull is sent as soon as a response says where it continues, before that response is
+    decoded, so the round trip to the broker overlaps the decoding.
+    """
     client = shared_client(part.client)
     queue = part.queue
     builder = BatchBuilder(part.display_topic, queue.broker_name, queue.queue_id)
     tags = part.tag_filter
     offset = part.start
-    while offset < part.end:
-        result = _pull(client, part, offset)
+    pending: Future[PullResult] | None = _prefetch.submit(_pull, client, part, offset) if offset < part.end else None
+    while pending is not None:
+        result = pending.result()
         status = result.status
-        if status is PullStatus.FOUND:
-            cols = decode_columns(result.body)
-            offsets = cols.queue_offset
-            # A pull may run past the range (the broker returns whole batches); and a broker's tag
-            # filter compares hash codes, so equal hashes of different tags pass it.
-            if offsets and (offsets[-1] >= part.end or tags is not None):
-                keep = [i for i, o in enumerate(offsets)
-                        if o < part.end and (tags is None or cols.tags[i] in tags)]
-                builder.add(cols, keep)
-            else:
-                builder.add(cols)
-            offset = max(result.next_begin_offset, offset + 1)
-        elif status is PullStatus.NO_MATCHED_MSG:
-            offset = max(result.next_begin_offset, offset + 1)
+        pending = None
+        if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
+            offset_after = max(result.next_begin_offset, offset + 1)
+            if offset_after < part.end:
+                pending = _prefetch.submit(_pull, client, part, offset_after)
+            if status is PullStatus.FOUND:
+                _add_found(builder, decode_columns(result.body), offset, part.end, tags)
         elif status is PullStatus.OFFSET_ILLEGAL:
-            offset = _offset_moved(part, offset, result)
+            offset_after = _offset_moved(part, offset, result)
         else:  # NO_NEW_MSG below the planned end
-            offset = _missing(client, part, offset)
+            offset_after = _missing(client, part, offset)
+        offset = offset_after
+        if pending is None and offset < part.end:
+            pending = _prefetch.submit(_pull, client, part, offset)
         if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
             yield builder.flush()
     if builder.rows:
         yield builder.flush()
+
+
+def _add_found(builder: BatchBuilder, cols: MessageColumns, start: int, end: int,
+               tags: frozenset[str] | None) -> None:
+    """Add a pull's messages in ``[start, end)`` whose tag is exactly one of ``tags``.
+
+    A pull can return messages outside what was asked: past the range end (the broker returns
+    whole batches), and before ``start`` when it starts inside an inner-batch record (a BatchCQ
+    topic stores a batch send as one record, returned whole). And a broker's tag filter compares
+    hash codes, so different tags with equal hashes pass it.
+    """
+    offsets = cols.queue_offset
+    if offsets and (offsets[0] < start or offsets[-1] >= end or tags is not None):
+        builder.add(cols, [i for i, o in enumerate(offsets)
+                           if start <= o < end and (tags is None or cols.tags[i] in tags)])
+    else:
+        builder.add(cols)
 
 
 def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int) -> PullResult:
