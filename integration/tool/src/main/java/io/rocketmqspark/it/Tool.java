@@ -1,5 +1,7 @@
 package io.rocketmqspark.it;
 
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -22,6 +24,7 @@ import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.compression.CompressionType;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientExt;
+import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
@@ -75,7 +78,7 @@ public final class Tool {
     private static void usage() {
         System.err.println(String.join("\n",
             "usage: Tool <command> --ns host:port [options]",
-            "  create-topic --topic T --queues N [--brokers broker-a,broker-b]",
+            "  create-topic --topic T --queues N [--brokers broker-a,broker-b] [--attr +key=value]...",
             "  delete-topic --topic T",
             "  produce --topic T --count N [--body TEXT] [--body-size BYTES] [--random-body]",
             "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B --queue Q]",
@@ -95,6 +98,7 @@ public final class Tool {
             : new DefaultMQAdminExt(hook, TIMEOUT_MS);
         admin.setNamesrvAddr(args.required("ns"));
         admin.setInstanceName("it-admin-" + System.nanoTime());
+        admin.setMqClientApiTimeout((int) TIMEOUT_MS);
         admin.start();
         return admin;
     }
@@ -134,6 +138,7 @@ public final class Tool {
                     throw new IllegalArgumentException("no broker named " + broker + " in " + masters.keySet());
                 }
                 TopicConfig config = new TopicConfig(topic, queues, queues, PERM_READ_WRITE);
+                config.setAttributes(attributes(args.all("attr")));
                 admin.createAndUpdateTopicConfig(addr, config);
             }
             // Brokers report new topics to the name server with their next registration;
@@ -154,6 +159,19 @@ public final class Tool {
         } finally {
             admin.shutdown();
         }
+    }
+
+    /** Topic attributes as mqadmin's {@code -a} takes them: {@code +queue.type=BatchCQ} adds one. */
+    private static Map<String, String> attributes(List<String> pairs) {
+        Map<String, String> out = new HashMap<>();
+        for (String p : pairs) {
+            int eq = p.indexOf('=');
+            if (eq <= 0) {
+                throw new IllegalArgumentException("--attr wants key=value, got " + p);
+            }
+            out.put(p.substring(0, eq), p.substring(eq + 1));
+        }
+        return out;
     }
 
     private static TopicRouteData tryRoute(DefaultMQAdminExt admin, String topic) {
@@ -290,6 +308,8 @@ public final class Tool {
         producer.setNamesrvAddr(args.required("ns"));
         producer.setInstanceName("it-producer-" + System.nanoTime());
         producer.setSendMsgTimeout((int) TIMEOUT_MS);
+        // Route look-ups get the same patience as sends: 3 s is tight on a loaded test machine.
+        producer.setMqClientApiTimeout((int) TIMEOUT_MS);
         if (args.has("compress")) {
             producer.setCompressType(CompressionType.valueOf(args.required("compress")));
         }
@@ -367,16 +387,24 @@ public final class Tool {
         return out;
     }
 
-    /** One JSON line per message; a batch send returns its ids comma-joined and its first offset. */
+    /**
+     * One JSON line per message; a batch send returns its ids comma-joined and its first offset. A
+     * batch the broker keeps as one inner-batch record (a BatchCQ topic) returns only the batch's
+     * own id: each message's id is then its UNIQ_KEY, and batchMsgId names the record.
+     */
     private static void report(SendResult r, List<Message> msgs, boolean printBody) {
         String[] ids = r.getMsgId().split(",");
+        boolean innerBatch = msgs.size() > 1 && ids.length == 1;
         String[] offsetIds = r.getOffsetMsgId() == null ? new String[0] : r.getOffsetMsgId().split(",");
         MessageQueue q = r.getMessageQueue();
         for (int j = 0; j < msgs.size(); j++) {
             Message m = msgs.get(j);
             StringBuilder sb = new StringBuilder(256);
-            sb.append("{\"msgId\":").append(Json.str(ids[j]))
-                .append(",\"offsetMsgId\":").append(j < offsetIds.length ? Json.str(offsetIds[j]) : "null")
+            sb.append("{\"msgId\":").append(Json.str(innerBatch ? MessageClientIDSetter.getUniqID(m) : ids[j]));
+            if (innerBatch) {
+                sb.append(",\"batchMsgId\":").append(Json.str(ids[0]));
+            }
+            sb.append(",\"offsetMsgId\":").append(j < offsetIds.length ? Json.str(offsetIds[j]) : "null")
                 .append(",\"status\":").append(Json.str(r.getSendStatus().name()))
                 .append(",\"topic\":").append(Json.str(q.getTopic()))
                 .append(",\"broker\":").append(Json.str(q.getBrokerName()))
@@ -401,6 +429,7 @@ public final class Tool {
         DefaultLitePullConsumer c = new DefaultLitePullConsumer(args.get("group", "it-lite-" + System.nanoTime()));
         c.setNamesrvAddr(args.required("ns"));
         c.setInstanceName("it-consumer-" + System.nanoTime());
+        c.setMqClientApiTimeout((int) TIMEOUT_MS);
         c.setAutoCommit(false);
         c.setPullBatchSize(Integer.parseInt(args.get("batch-size", "32")));
         c.start();
@@ -439,7 +468,7 @@ public final class Tool {
 
     private static void printMessage(MessageExt m) {
         System.out.println("{\"msgId\":" + Json.str(m.getMsgId())
-            + ",\"offsetMsgId\":" + Json.str(m instanceof MessageClientExt ce ? ce.getOffsetMsgId() : m.getMsgId())
+            + ",\"offsetMsgId\":" + Json.strOrNull(m instanceof MessageClientExt ce ? ce.getOffsetMsgId() : m.getMsgId())
             + ",\"topic\":" + Json.str(m.getTopic())
             + ",\"broker\":" + Json.str(m.getBrokerName())
             + ",\"queueId\":" + m.getQueueId()
@@ -448,8 +477,21 @@ public final class Tool {
             + ",\"keys\":" + (m.getKeys() == null ? "null" : Json.str(m.getKeys()))
             + ",\"storeTimestamp\":" + m.getStoreTimestamp()
             + ",\"bornTimestamp\":" + m.getBornTimestamp()
+            + ",\"bornHost\":" + Json.str(hostPort(m.getBornHost()))
+            + ",\"storeHost\":" + Json.str(hostPort(m.getStoreHost()))
+            + ",\"commitLogOffset\":" + m.getCommitLogOffset()
+            + ",\"sysFlag\":" + m.getSysFlag()
+            + ",\"flag\":" + m.getFlag()
+            + ",\"reconsumeTimes\":" + m.getReconsumeTimes()
+            + ",\"preparedTransactionOffset\":" + m.getPreparedTransactionOffset()
             + ",\"properties\":" + Json.map(m.getProperties())
             + ",\"body\":" + Json.str(Base64.getEncoder().encodeToString(m.getBody())) + "}");
+    }
+
+    /** {@code ip:port} of a message's born or store host, as the decoder renders it. */
+    private static String hostPort(SocketAddress address) {
+        InetSocketAddress inet = (InetSocketAddress) address;
+        return inet.getAddress().getHostAddress() + ":" + inet.getPort();
     }
 
     // ---------------------------------------------------------------- helpers
@@ -518,6 +560,11 @@ public final class Tool {
                 }
             }
             return sb.append('"').toString();
+        }
+
+        /** A JSON string, or null (an inner-batch message has no offsetMsgId of its own). */
+        static String strOrNull(String s) {
+            return s == null ? "null" : str(s);
         }
 
         static String strList(List<String> xs) {

@@ -1,0 +1,161 @@
+"""Signed requests against a broker with ACL 2.0 authentication (RocketMQ 5.3.3).
+
+The module starts its own one-broker cluster with ``authenticationEnabled=true`` on ports apart
+from the shared cluster's, so the two run side by side. What 5.3.3 answers is pinned here:
+
+* the broker refuses an unsigned request, a wrong signature and an unknown user alike with
+  NO_PERMISSION (16), the remark naming the reason;
+* the name server does not authenticate at all: routes come back to anyone.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError
+from rocketmq_spark import codes
+from rocketmq_spark.client import Boundary, ClientConfig, Credentials, PullStatus, RocketMQClient
+from rocketmq_spark.errors import AuthenticationError
+from rocketmq_spark.message import decode_messages
+from rocketmq_spark.route import MessageQueue
+
+# Ports of their own, so this cluster runs next to the shared one (9876, 10911, 10921).
+ACL_NAMESRV_PORT = 19876
+ACL_BROKER_PORT = 20911
+ACL_BROKER_ADDR = f"127.0.0.1:{ACL_BROKER_PORT}"
+BROKER = "broker-a"
+QUEUES = 2
+MESSAGES = 6
+PULL_BATCH = 32
+COMMITTED = 4
+ONE_HOUR_MS = 3_600_000
+GOOD = Credentials(ACL_USER, ACL_PASSWORD)
+WRONG_SECRET = Credentials(ACL_USER, ACL_PASSWORD + "-wrong")
+UNKNOWN_USER = "nobody"
+SIGNATURE_FAILED = "check signature failed."
+NO_USER_NAME = "username cannot be null."
+
+
+def signed_tool(cluster: Cluster, command: str, *args: str) -> list[dict[str, Any]]:
+    """The Java tool, signing with the cluster's user as the official client's RPC hook does."""
+    return cluster.tool(command, *args, "--access-key", GOOD.access_key, "--secret-key", GOOD.secret_key)
+
+
+@dataclass
+class AclCluster:
+    """The ACL cluster and a topic on it whose queue 0 holds MESSAGES messages, as reported sent."""
+
+    cluster: Cluster
+    topic: str
+    sent: list[dict[str, Any]]
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, BROKER, 0)
+
+    def signed_tool(self, command: str, *args: str) -> list[dict[str, Any]]:
+        return signed_tool(self.cluster, command, *args)
+
+    def client(self, credentials: Credentials | None) -> RocketMQClient:
+        return RocketMQClient(ClientConfig((self.cluster.namesrv_addr,), credentials=credentials))
+
+
+@pytest.fixture(scope="module")
+def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
+    workdir: Path = tmp_path_factory.mktemp("acl-cluster")
+    cluster = Cluster(ClusterConfig(workdir=workdir, brokers=1, acl=True, namesrv_port=ACL_NAMESRV_PORT,
+                                    broker_ports=(ACL_BROKER_PORT,)))
+    cluster.start()
+    try:
+        topic = "it-acl-topic"
+        signed_tool(cluster, "create-topic", "--topic", topic, "--queues", str(QUEUES))
+        sent = signed_tool(cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER,
+                           "--queue", "0", "--tags", "TagA", "--keys", "acl-{i}", "--print-body")
+        assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
+        yield AclCluster(cluster, topic, sent)
+    finally:
+        cluster.stop()
+
+
+def test_the_broker_really_enforces_authentication(acl: AclCluster) -> None:
+    """The official producer without credentials is refused: the tests below test something."""
+    with pytest.raises(ClusterError) as caught:
+        acl.cluster.tool("produce", "--topic", acl.topic, "--count", "1")
+    assert NO_USER_NAME in str(caught.value)
+    assert all(row["maxOffset"] == (MESSAGES if row["queueId"] == 0 else 0)
+               for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", "it-acl-probe"))
+
+
+def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: Callable[[str], str]) -> None:
+    group = unique("it-acl-group")
+    with acl.client(GOOD) as client:
+        route = client.topic_route(acl.topic)
+        address = route.master_address(BROKER)
+        assert address == ACL_BROKER_ADDR
+        assert route.readable_queues() == [MessageQueue(acl.topic, BROKER, q) for q in range(QUEUES)]
+
+        assert client.min_offset(address, acl.queue) == 0
+        assert client.max_offset(address, acl.queue) == MESSAGES
+        result = client.pull(address, acl.queue, 0, group=group, max_messages=PULL_BATCH)
+        assert result.status is PullStatus.FOUND
+        messages = decode_messages(result.body)
+        assert [(m.msg_id, m.queue_offset, m.keys, m.body) for m in messages] == [
+            (row["msgId"], row["queueOffset"], row["keys"], base64.b64decode(row["body"])) for row in acl.sent
+        ]
+
+        assert client.query_consumer_offset(address, acl.queue, group) is None
+        client.update_consumer_offset(address, acl.queue, group, COMMITTED)
+        assert client.query_consumer_offset(address, acl.queue, group) == COMMITTED
+
+        first, last = messages[0].store_timestamp, messages[-1].store_timestamp
+        assert client.search_offset(address, acl.queue, first - ONE_HOUR_MS, Boundary.LOWER) == 0
+        assert client.search_offset(address, acl.queue, last + ONE_HOUR_MS, Boundary.LOWER) == MESSAGES
+        assert client.earliest_store_time(address, acl.queue) == first
+
+    official = {row["queueId"]: row["consumerOffset"]
+                for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", group)}
+    assert official == {0: COMMITTED, 1: None}
+
+
+BROKER_CALLS: dict[str, Callable[[RocketMQClient, str, MessageQueue], object]] = {
+    "pull": lambda c, a, q: c.pull(a, q, 0, group="it-acl-refused", max_messages=PULL_BATCH),
+    "max_offset": lambda c, a, q: c.max_offset(a, q),
+    "min_offset": lambda c, a, q: c.min_offset(a, q),
+    "query_consumer_offset": lambda c, a, q: c.query_consumer_offset(a, q, "it-acl-refused"),
+    "update_consumer_offset": lambda c, a, q: c.update_consumer_offset(a, q, "it-acl-refused", 1),
+    "search_offset": lambda c, a, q: c.search_offset(a, q, 0),
+}
+
+
+@pytest.mark.parametrize("call", sorted(BROKER_CALLS))
+@pytest.mark.parametrize(
+    ("credentials", "remark"),
+    [
+        pytest.param(WRONG_SECRET, SIGNATURE_FAILED, id="wrong-secret"),
+        pytest.param(Credentials(UNKNOWN_USER, ACL_PASSWORD), f"User:{UNKNOWN_USER} is not found.",
+                     id="unknown-user"),
+        pytest.param(None, NO_USER_NAME, id="no-credentials"),
+    ],
+)
+def test_the_broker_refuses_bad_or_missing_credentials(
+    acl: AclCluster, credentials: Credentials | None, remark: str, call: str
+) -> None:
+    with acl.client(credentials) as client:
+        with pytest.raises(AuthenticationError) as caught:
+            BROKER_CALLS[call](client, ACL_BROKER_ADDR, acl.queue)
+    assert caught.value.code == codes.NO_PERMISSION
+    assert caught.value.remark == remark
+    assert caught.value.retriable is False
+
+
+@pytest.mark.parametrize("credentials", [None, WRONG_SECRET], ids=["no-credentials", "wrong-secret"])
+def test_the_name_server_does_not_authenticate(acl: AclCluster, credentials: Credentials | None) -> None:
+    with acl.client(credentials) as client:
+        route = client.topic_route(acl.topic)
+    assert route.master_address(BROKER) == ACL_BROKER_ADDR

@@ -1,0 +1,855 @@
+"""The remoting client against a real RocketMQ 5.3.3: name server, two brokers and the 5.x proxy.
+
+Every expected value comes from the official Java client (the test tool) or from the broker's
+own answers, never from this project's code: what the tool says it sent, what the official
+consumer read back, the offsets the official admin API reads. Topic and group names are unique
+to the run, so the suite can share a cluster with other users.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from rocketmq_spark import codes
+from rocketmq_spark.client import (
+    EXPRESSION_SQL92,
+    Boundary,
+    ClientConfig,
+    PullResult,
+    PullStatus,
+    RocketMQClient,
+)
+from rocketmq_spark.errors import BrokerResponseError, ConnectionFailedError, TopicNotFoundError
+from rocketmq_spark.message import Message, decode_columns, decode_messages, parse_tag_expression
+from rocketmq_spark.route import MessageQueue
+from tests.support import ClusterHandle
+
+Row = dict[str, Any]
+
+BROKER_A = "broker-a"
+BROKER_B = "broker-b"
+BROKERS = (BROKER_A, BROKER_B)
+QUEUES_PER_BROKER = 4
+POOL_QUEUES = 32
+LOOPBACK = "127.0.0.1"
+SMALL_PULL = 3
+PULL_BATCH = 32
+# Bounds every pull-to-the-end loop, so a client that never advances fails instead of hanging.
+MAX_PULLS = 1_000
+LONG_POLL_MS = 15_000
+LONG_POLL_ATTEMPTS = 4
+# The Java producer compresses bodies above 4 KiB (compressMsgBodyOverHowmuch).
+COMPRESSIBLE_BODY_BYTES = 5_000
+ROUTE_WAIT_S = 30.0
+ROUTE_POLL_S = 0.2
+# Wave 2 of the search test is stored this long after wave 1, so no store time is shared.
+WAVE_GAP_S = 1.5
+ONE_HOUR_MS = 3_600_000
+# Properties the broker adds to every message it stores (cluster name, region, trace switch).
+BROKER_ADDED_PROPERTIES = {"CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+# Properties the official consumer adds after decoding (PullAPIWrapper.processPullResult).
+CONSUMER_ADDED_PROPERTIES = ("MIN_OFFSET", "MAX_OFFSET")
+
+# offsetMsgId: hex of store IPv4 (8 digits), store port (8) and commit-log offset (16).
+_IPV4_HEX = 8
+_PORT_HEX = 8
+
+# Record layout (MessageDecoder), read here by hand to see what the broker stored rather than
+# what the decoder made of it: sysFlag sits after totalSize, magic, bodyCRC, queueId, flag,
+# queueOffset and commitLogOffset; an IPv4 record's body length ends its 84-byte prefix.
+_SYS_FLAG_AT = 36
+_BODY_LENGTH_AT = 80
+_COMPRESSION_TYPE = {"ZLIB": codes.COMPRESSION_ZLIB, "LZ4": codes.COMPRESSION_LZ4,
+                     "ZSTD": codes.COMPRESSION_ZSTD}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def client(rocketmq: ClusterHandle) -> Iterator[RocketMQClient]:
+    with RocketMQClient(ClientConfig((rocketmq.namesrv_addr,))) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def proxy_client(rocketmq: ClusterHandle) -> Iterator[RocketMQClient]:
+    """A client whose only name server is the proxy: its routes name the proxy for every broker."""
+    assert rocketmq.proxy_addr, "the proxy tests need ROCKETMQ_PROXY (or a cluster this run starts)"
+    with RocketMQClient(ClientConfig((rocketmq.proxy_addr,))) as c:
+        yield c
+
+
+@dataclass(frozen=True)
+class Target:
+    """One queue no other test writes to, with its broker's address as the client's route has it."""
+
+    topic: str
+    broker: str
+    queue_id: int
+    address: str
+    queue: MessageQueue
+
+
+@pytest.fixture(scope="module")
+def queue_pool(rocketmq: ClusterHandle, client: RocketMQClient) -> Iterator[Target]:
+    """Fresh queues for tests that read a single queue: one topic of many queues, created once,
+    because every tool run starts a JVM. Tests that look at a whole topic make their own."""
+    topic = f"it-pool-{uuid.uuid4().hex[:8]}"
+    create_topic(rocketmq, topic, POOL_QUEUES, (BROKER_A,))
+    address = client.topic_route(topic).master_address(BROKER_A)
+    assert address is not None
+    return iter([Target(topic, BROKER_A, q, address, MessageQueue(topic, BROKER_A, q)) for q in range(POOL_QUEUES)])
+
+
+@pytest.fixture
+def fresh_queue(queue_pool: Iterator[Target]) -> Callable[[], Target]:
+    def take() -> Target:
+        target = next(queue_pool, None)
+        assert target is not None, f"more than {POOL_QUEUES} pool queues taken; raise POOL_QUEUES"
+        return target
+
+    return take
+
+
+def produce_to(rocketmq: ClusterHandle, target: Target, count: int, *extra: str) -> list[Row]:
+    return produce(rocketmq, target.topic, count, *extra, broker=target.broker, queue=target.queue_id)
+
+
+def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = QUEUES_PER_BROKER,
+                 brokers: Sequence[str] = BROKERS, *extra: str) -> None:
+    rocketmq.tool("create-topic", "--topic", topic, "--queues", str(queues), "--brokers", ",".join(brokers), *extra)
+
+
+def produce(rocketmq: ClusterHandle, topic: str, count: int, *extra: str, broker: str | None = BROKER_A,
+            queue: int | None = 0) -> list[Row]:
+    """Send with the official producer (to one queue unless broker is None); its report, checked."""
+    target = [] if broker is None else ["--broker", broker, "--queue", str(queue)]
+    rows = rocketmq.tool("produce", "--topic", topic, "--count", str(count), "--print-body", *target, *extra)
+    assert len(rows) == count
+    assert {row["status"] for row in rows} == {"SEND_OK"}
+    return rows
+
+
+def consume(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, int, int], Row]:
+    """What the official lite pull consumer reads from the topic, by (broker, queue id, offset)."""
+    rows = rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")
+    assert len(rows) == count
+    return {position(row): row for row in rows}
+
+
+def position(row: Row) -> tuple[str, int, int]:
+    return row["broker"], row["queueId"], row["queueOffset"]
+
+
+def route_queue(client: RocketMQClient, topic: str, broker: str, queue_id: int) -> tuple[str, MessageQueue]:
+    """The master address and the MessageQueue of one queue, as the client's route has them."""
+    route = client.topic_route(topic)
+    queue = MessageQueue(topic, broker, queue_id)
+    assert queue in route.readable_queues()
+    address = route.master_address(broker)
+    assert address is not None
+    return address, queue
+
+
+def pull_to_end(client: RocketMQClient, address: str, queue: MessageQueue, group: str, *, start: int = 0,
+                max_messages: int = PULL_BATCH, subscription: str = "*",
+                expression_type: str = "TAG") -> tuple[list[Message], list[PullResult]]:
+    """Pull from ``start`` until the broker says there is nothing newer, following next_begin_offset."""
+    messages: list[Message] = []
+    results: list[PullResult] = []
+    offset = start
+    for _ in range(MAX_PULLS):
+        result = client.pull(address, queue, offset, group=group, max_messages=max_messages,
+                             subscription=subscription, expression_type=expression_type)
+        results.append(result)
+        if result.status is PullStatus.FOUND:
+            messages += decode_messages(result.body)
+        elif result.status is PullStatus.NO_NEW_MSG:
+            return messages, results
+        else:
+            assert result.status is PullStatus.NO_MATCHED_MSG, result
+        assert result.next_begin_offset > offset
+        offset = result.next_begin_offset
+    raise AssertionError(f"{queue} still had messages after {MAX_PULLS} pulls")
+
+
+def store_address(offset_msg_id: str) -> str:
+    """The broker address an offsetMsgId names (IPv4 form)."""
+    ip = socket.inet_ntoa(bytes.fromhex(offset_msg_id[:_IPV4_HEX]))
+    port = int(offset_msg_id[_IPV4_HEX:_IPV4_HEX + _PORT_HEX], 16)
+    return f"{ip}:{port}"
+
+
+def commit_log_offset(offset_msg_id: str) -> int:
+    return int(offset_msg_id[_IPV4_HEX + _PORT_HEX:], 16)
+
+
+def body_of(row: Row) -> bytes:
+    return base64.b64decode(row["body"])
+
+
+def assert_is_sent_message(message: Message, sent: Row) -> None:
+    """Every field the producer's report fixes equals what the client decoded."""
+    assert message.topic == sent["topic"]
+    assert message.queue_id == sent["queueId"]
+    assert message.queue_offset == sent["queueOffset"]
+    assert message.msg_id == sent["msgId"] == sent["properties"]["UNIQ_KEY"]
+    assert message.offset_msg_id == sent["offsetMsgId"]
+    assert message.commit_log_offset == commit_log_offset(sent["offsetMsgId"])
+    assert message.store_host == store_address(sent["offsetMsgId"])
+    assert message.tags == sent["tags"]
+    assert message.keys == sent["keys"]
+    assert message.body == body_of(sent)
+    assert message.properties == {**sent["properties"], **BROKER_ADDED_PROPERTIES}
+
+
+def assert_is_consumed_message(message: Message, consumed: Row) -> None:
+    """Every field equals what the official consumer decoded from the same broker."""
+    assert message.msg_id == consumed["msgId"]
+    assert message.offset_msg_id == consumed["offsetMsgId"]
+    assert (message.topic, message.queue_id, message.queue_offset) == (
+        consumed["topic"], consumed["queueId"], consumed["queueOffset"])
+    assert message.store_timestamp == consumed["storeTimestamp"]
+    assert message.born_timestamp == consumed["bornTimestamp"]
+    assert message.born_host == consumed["bornHost"]
+    assert message.store_host == consumed["storeHost"]
+    assert message.commit_log_offset == consumed["commitLogOffset"]
+    assert message.sys_flag == consumed["sysFlag"]
+    assert message.flag == consumed["flag"]
+    assert message.reconsume_times == consumed["reconsumeTimes"]
+    assert message.prepared_transaction_offset == consumed["preparedTransactionOffset"]
+    assert message.tags == consumed["tags"]
+    assert message.keys == consumed["keys"]
+    assert message.body == body_of(consumed)
+    official = {k: v for k, v in consumed["properties"].items() if k not in CONSUMER_ADDED_PROPERTIES}
+    assert message.properties == official
+
+
+def raw_records(body: bytes) -> Iterator[bytes]:
+    """The raw records of a pull body, split by their totalSize field."""
+    position = 0
+    while position < len(body):
+        size = int.from_bytes(body[position:position + 4], "big")
+        yield body[position:position + size]
+        position += size
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on: bound, then released."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------- route
+
+
+def test_route_lists_every_queue_and_the_master_of_each_broker(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-route")
+    create_topic(rocketmq, topic)
+    # The official producer reports each broker's store address inside its offsetMsgId.
+    stored_at = {
+        broker: store_address(produce(rocketmq, topic, 1, broker=broker)[0]["offsetMsgId"]) for broker in BROKERS
+    }
+
+    route = client.topic_route(topic)
+
+    assert route.readable_queues() == sorted(
+        MessageQueue(topic, broker, q) for broker in BROKERS for q in range(QUEUES_PER_BROKER)
+    )
+    assert {qd.broker_name: (qd.read_queue_nums, qd.write_queue_nums) for qd in route.queue_datas} == {
+        broker: (QUEUES_PER_BROKER, QUEUES_PER_BROKER) for broker in BROKERS
+    }
+    assert {broker: route.master_address(broker) for broker in BROKERS} == stored_at
+    assert len(set(stored_at.values())) == len(BROKERS)
+
+
+def test_unknown_topic_is_topic_not_found_and_not_retriable(
+    client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    with pytest.raises(TopicNotFoundError) as caught:
+        client.topic_route(unique("it-no-such-topic"))
+    assert caught.value.code == codes.TOPIC_NOT_EXIST
+    assert caught.value.retriable is False
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def test_min_and_max_offset_count_what_was_produced(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-minmax")
+    count = 7
+    create_topic(rocketmq, topic)
+    sent = produce(rocketmq, topic, count)
+    assert [row["queueOffset"] for row in sent] == list(range(count))
+    official = {(o["broker"], o["queueId"]): o for o in rocketmq.tool("offsets", "--topic", topic,
+                                                                        "--group", unique("it-nobody"))}
+
+    route = client.topic_route(topic)
+    for queue in route.readable_queues():
+        address = route.master_address(queue.broker_name)
+        assert address is not None
+        expected = official[(queue.broker_name, queue.queue_id)]
+        assert client.min_offset(address, queue) == expected["minOffset"] == 0
+        assert client.max_offset(address, queue) == expected["maxOffset"]
+    assert official[(BROKER_A, 0)]["maxOffset"] == count
+
+
+# ------------------------------------------------------------------------------ pull
+
+
+def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-pull")
+    count = 10
+    create_topic(rocketmq, topic)
+    before_ms = int(time.time() * 1000)
+    sent = produce(rocketmq, topic, count, "--tags", "TagA,TagB", "--keys", "order-{i} alt-{i}",
+                   "--body", "payload {i}", "--prop", "seq={i}", "--prop", "color=blue")
+    after_ms = int(time.time() * 1000)
+    consumed = consume(rocketmq, topic, count)
+    address, queue = route_queue(client, topic, BROKER_A, 0)
+
+    messages: list[Message] = []
+    offset = 0
+    while offset < count:
+        result = client.pull(address, queue, offset, group=unique("it-g"), max_messages=SMALL_PULL)
+        assert result.status is PullStatus.FOUND
+        batch = decode_messages(result.body)
+        assert [m.queue_offset for m in batch] == list(range(offset, min(offset + SMALL_PULL, count)))
+        assert result.next_begin_offset == batch[-1].queue_offset + 1
+        assert (result.min_offset, result.max_offset) == (0, count)
+        messages += batch
+        offset = result.next_begin_offset
+
+    assert len(messages) == count
+    for message, row in zip(messages, sent):
+        assert_is_sent_message(message, row)
+        assert_is_consumed_message(message, consumed[position(row)])
+        assert message.store_host == address
+        born_ip, _, born_port = message.born_host.rpartition(":")
+        assert born_ip == LOOPBACK and int(born_port) > 0
+        assert before_ms <= message.born_timestamp <= message.store_timestamp <= after_ms
+        assert message.reconsume_times == 0
+        assert message.prepared_transaction_offset == 0
+    assert [m.store_timestamp for m in messages] == sorted(m.store_timestamp for m in messages)
+    assert messages[3].keys == "order-3 alt-3"
+    assert messages[3].properties["seq"] == "3"
+
+
+def test_decode_columns_agrees_with_the_producer(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    sent = produce_to(rocketmq, target, 6, "--tags", "TagA", "--keys", "k{i}")
+
+    result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    columns = decode_columns(result.body)
+
+    assert list(columns.queue_offset) == [row["queueOffset"] for row in sent]
+    assert list(columns.msg_id) == [row["msgId"] for row in sent]
+    assert list(columns.offset_msg_id) == [row["offsetMsgId"] for row in sent]
+    assert list(columns.body) == [body_of(row) for row in sent]
+    assert list(columns.keys) == [row["keys"] for row in sent]
+    assert list(columns.tags) == [row["tags"] for row in sent]
+    assert list(columns.properties) == [{**row["properties"], **BROKER_ADDED_PROPERTIES} for row in sent]
+
+
+def test_pull_statuses_at_and_beyond_the_end(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    empty = fresh_queue()
+    count = 4
+    produce_to(rocketmq, target, count)
+    group = unique("it-g")
+
+    caught_up = client.pull(target.address, target.queue, count, group=group, max_messages=PULL_BATCH)
+    assert caught_up.status is PullStatus.NO_NEW_MSG
+    assert caught_up.next_begin_offset == count
+    assert (caught_up.min_offset, caught_up.max_offset) == (0, count)
+    assert caught_up.body == b""
+
+    beyond = client.pull(target.address, target.queue, count + 5, group=group, max_messages=PULL_BATCH)
+    assert beyond.status is PullStatus.OFFSET_ILLEGAL
+    assert beyond.next_begin_offset == count
+    assert beyond.body == b""
+
+    # A queue that never held a message: offset 0 is "nothing new", any other offset is illegal
+    # and corrected to 0.
+    at_zero = client.pull(empty.address, empty.queue, 0, group=group, max_messages=PULL_BATCH)
+    assert (at_zero.status, at_zero.next_begin_offset) == (PullStatus.NO_NEW_MSG, 0)
+    moved = client.pull(empty.address, empty.queue, 3, group=group, max_messages=PULL_BATCH)
+    assert (moved.status, moved.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
+
+
+def test_long_poll_returns_a_message_produced_while_it_waits(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    produce_to(rocketmq, target, 2)
+    max_offset = client.max_offset(target.address, target.queue)
+    sent: list[Row] = []
+    producer = threading.Thread(
+        target=lambda: sent.extend(produce_to(rocketmq, target, 1, "--body", "arrived while polling"))
+    )
+
+    producer.start()
+    try:
+        # A loaded machine may take longer than one poll to start the producer's JVM: poll again
+        # then. A broker that did not hold the poll would burn the attempts at once and fail.
+        for _ in range(LONG_POLL_ATTEMPTS):
+            result = client.pull(target.address, target.queue, max_offset, group=unique("it-g"),
+                                 max_messages=PULL_BATCH, suspend_timeout_ms=LONG_POLL_MS)
+            if result.status is not PullStatus.NO_NEW_MSG:
+                break
+    finally:
+        producer.join()
+
+    assert result.status is PullStatus.FOUND
+    (message,) = decode_messages(result.body)
+    assert message.body == b"arrived while polling"
+    assert message.queue_offset == max_offset == 2
+    assert_is_sent_message(message, sent[0])
+
+
+# ------------------------------------------------------ messages of the official client
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param((), id="plain"),
+        pytest.param(("--tags", "TagA,TagB", "--keys", "key-{i} second-{i}", "--prop", "seq={i}",
+                      "--prop", "region=eu-west"), id="keys-tags-properties"),
+        pytest.param(("--tags", "标签,タグ", "--keys", "ключ-{i}", "--body", "héllo wörld ✓ {i}",
+                      "--prop", "città=Zürich-{i}"), id="unicode"),
+    ],
+)
+def test_messages_of_the_official_producer_decode_exactly(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target], options: tuple[str, ...]
+) -> None:
+    target = fresh_queue()
+    count = 5
+    sent = produce_to(rocketmq, target, count, *options)
+
+    messages, _ = pull_to_end(client, target.address, target.queue, unique("it-g"))
+
+    assert len(messages) == count
+    for message, row in zip(messages, sent):
+        assert_is_sent_message(message, row)
+
+
+@pytest.mark.parametrize("compression", ["ZLIB", "LZ4", "ZSTD"])
+def test_bodies_compressed_by_the_producer_decode_to_the_original(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target], compression: str
+) -> None:
+    target = fresh_queue()
+    count = 3
+    sent = produce_to(rocketmq, target, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES),
+                      "--compress", compression, "--tags", "Big")
+
+    result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    messages = decode_messages(result.body)
+
+    # The broker stored them compressed, with the producer's compression type in the flag...
+    for record in raw_records(result.body):
+        sys_flag = int.from_bytes(record[_SYS_FLAG_AT:_SYS_FLAG_AT + 4], "big")
+        assert sys_flag & codes.MSG_FLAG_COMPRESSED
+        assert (sys_flag & codes.MSG_COMPRESSION_TYPE_MASK) >> codes.MSG_COMPRESSION_TYPE_SHIFT == (
+            _COMPRESSION_TYPE[compression])
+        assert int.from_bytes(record[_BODY_LENGTH_AT:_BODY_LENGTH_AT + 4], "big") < COMPRESSIBLE_BODY_BYTES
+    # ...and they decode to exactly what was sent.
+    assert len(messages) == count
+    for message, row in zip(messages, sent):
+        assert len(message.body) == COMPRESSIBLE_BODY_BYTES
+        assert_is_sent_message(message, row)
+        assert not message.sys_flag & codes.MSG_FLAG_COMPRESSED
+
+
+def test_a_batch_send_is_one_record_per_message_with_consecutive_offsets(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    """5.3.3 appends the batch's own properties to every message of a batch, UNIQ_KEY included,
+    and the later key wins (in Java as here): all messages of one send share the batch's id, which
+    is none of the ids the producer reported."""
+    topic = unique("it-batch")
+    batch = 10
+    count = 2 * batch
+    create_topic(rocketmq, topic)
+    produce(rocketmq, topic, 1)  # the batches start at offset 1
+    sent = produce(rocketmq, topic, count, "--batch", str(batch), "--keys", "batch-{i}", "--tags", "Batched",
+                   "--prop", "seq={i}")
+    consumed = consume(rocketmq, topic, count + 1)
+    address, queue = route_queue(client, topic, BROKER_A, 0)
+
+    result = client.pull(address, queue, 1, group=unique("it-g"), max_messages=PULL_BATCH)
+    messages = decode_messages(result.body)
+
+    assert len(list(raw_records(result.body))) == count
+    assert [m.queue_offset for m in messages] == list(range(1, count + 1)) == [r["queueOffset"] for r in sent]
+    for message, row in zip(messages, sent):
+        assert_is_consumed_message(message, consumed[position(row)])
+        assert message.offset_msg_id == row["offsetMsgId"]
+        assert (message.body, message.tags, message.keys) == (body_of(row), row["tags"], row["keys"])
+        assert message.properties["seq"] == row["properties"]["seq"]
+    batch_ids = [{m.msg_id for m in messages[i:i + batch]} for i in range(0, count, batch)]
+    assert [len(ids) for ids in batch_ids] == [1, 1]
+    assert not set.union(*batch_ids) & {row["msgId"] for row in sent}
+
+
+def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    """A BatchCQ topic stores a batch send as ONE record (INNER_BATCH); a pull that starts inside
+    it gets the whole record, from its first offset: readers must drop what precedes their offset."""
+    topic = unique("it-innerbatch")
+    batch = 5
+    create_topic(rocketmq, topic, 1, (BROKER_A,), "--attr", "+queue.type=BatchCQ")
+    sent = produce(rocketmq, topic, batch, "--batch", str(batch), "--tags", "Inner", "--keys", "inner-{i}",
+                   "--prop", "seq={i}")
+    sent += produce(rocketmq, topic, batch, "--batch", str(batch), "--tags", "Inner", "--keys", "inner-{i}")
+    consumed = consume(rocketmq, topic, 2 * batch)
+    address, queue = route_queue(client, topic, BROKER_A, 0)
+
+    result = client.pull(address, queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    records = list(raw_records(result.body))
+    messages = decode_messages(result.body)
+
+    assert len(records) == 2
+    for record in records:
+        sys_flag = int.from_bytes(record[_SYS_FLAG_AT:_SYS_FLAG_AT + 4], "big")
+        assert sys_flag & codes.MSG_FLAG_INNER_BATCH and sys_flag & codes.MSG_FLAG_NEED_UNWRAP
+    assert result.next_begin_offset == client.max_offset(address, queue) == 2 * batch
+    assert [m.queue_offset for m in messages] == [row["queueOffset"] for row in sent] == list(range(2 * batch))
+    for message, row in zip(messages, sent):
+        official = consumed[position(row)]
+        assert message.msg_id == row["msgId"] == official["msgId"]
+        assert (message.body, message.tags, message.keys) == (body_of(row), row["tags"], row["keys"])
+        assert message.store_timestamp == official["storeTimestamp"]
+        assert message.born_timestamp == official["bornTimestamp"]
+        official_properties = {k: v for k, v in official["properties"].items() if k not in CONSUMER_ADDED_PROPERTIES}
+        assert message.properties == official_properties == row["properties"]
+
+    inside = client.pull(address, queue, batch + 2, group=unique("it-g"), max_messages=PULL_BATCH)
+    assert inside.status is PullStatus.FOUND
+    assert [m.queue_offset for m in decode_messages(inside.body)] == list(range(batch, 2 * batch))
+    assert inside.next_begin_offset == 2 * batch
+
+
+# ---------------------------------------------------------------------------- filters
+
+
+def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    count = 12
+    sent = produce_to(rocketmq, target, count, "--tags", "Aa,BB,TagC")
+    group = unique("it-g")
+
+    result = client.pull(target.address, target.queue, 0, group=group, max_messages=PULL_BATCH,
+                         subscription="Aa")
+    returned = decode_messages(result.body)
+
+    # The broker compares hash codes only, and Java's "Aa".hashCode() == "BB".hashCode() == 2112.
+    assert [(m.queue_offset, m.tags) for m in returned] == [
+        (row["queueOffset"], row["tags"]) for row in sent if row["tags"] in ("Aa", "BB")
+    ]
+    wanted = parse_tag_expression("Aa")
+    assert wanted == frozenset({"Aa"})
+    kept = [m for m in returned if m.tags in wanted]
+    assert [(m.queue_offset, m.msg_id) for m in kept] == [
+        (row["queueOffset"], row["msgId"]) for row in sent if row["tags"] == "Aa"
+    ]
+
+    # Following next_begin_offset with small pulls walks past the BB and TagC messages to the end.
+    messages, results = pull_to_end(client, target.address, target.queue, group, max_messages=2,
+                                    subscription="Aa")
+    assert results[-1].status is PullStatus.NO_NEW_MSG
+    assert results[-1].next_begin_offset == client.max_offset(target.address, target.queue) == count
+    assert [m.queue_offset for m in messages] == [m.queue_offset for m in returned]
+
+
+def test_or_of_tags_returns_exactly_those_tags(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    sent = produce_to(rocketmq, target, 12, "--tags", "TagA,TagB,TagC")
+
+    messages, _ = pull_to_end(client, target.address, target.queue, unique("it-g"), subscription="TagA || TagB")
+
+    assert [(m.queue_offset, m.tags) for m in messages] == [
+        (row["queueOffset"], row["tags"]) for row in sent if row["tags"] in ("TagA", "TagB")
+    ]
+
+
+def test_sql92_subscription_returns_exactly_the_matching_messages(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    count = 20
+    sent = produce_to(rocketmq, target, count, "--prop", "seq={i}", "--tags", "TagA")
+
+    messages, results = pull_to_end(client, target.address, target.queue, unique("it-g"), max_messages=4,
+                                    subscription="seq >= 5 AND seq < 10", expression_type=EXPRESSION_SQL92)
+
+    expected = [row for row in sent if 5 <= int(row["properties"]["seq"]) < 10]
+    assert [m.msg_id for m in messages] == [row["msgId"] for row in expected]
+    assert [m.properties["seq"] for m in messages] == ["5", "6", "7", "8", "9"]
+    assert results[-1].next_begin_offset == count
+
+
+# -------------------------------------------------------------------- consumer offsets
+
+
+def test_consumer_offset_of_a_new_group_is_none_then_what_was_stored(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    group = unique("it-group")
+    committed = 5
+    produce_to(rocketmq, target, 8)
+
+    # The queue's first message is still in memory: a broker asked without setZeroIfNotFound=false
+    # would say 0 here.
+    assert client.query_consumer_offset(target.address, target.queue, group) is None
+    client.pull(target.address, target.queue, 0, group=group, max_messages=1)  # creates the group
+    client.update_consumer_offset(target.address, target.queue, group, committed)
+
+    assert client.query_consumer_offset(target.address, target.queue, group) == committed
+    official = {(o["broker"], o["queueId"]): o["consumerOffset"]
+                for o in rocketmq.tool("offsets", "--topic", target.topic, "--group", group)}
+    assert official.pop((target.broker, target.queue_id)) == committed
+    assert len(official) == POOL_QUEUES - 1
+    assert set(official.values()) == {None}
+
+
+def test_committing_for_a_group_the_broker_never_saw_is_refused(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    target = fresh_queue()
+    produce_to(rocketmq, target, 1)
+
+    with pytest.raises(BrokerResponseError) as caught:
+        client.update_consumer_offset(target.address, target.queue, unique("it-group"), 1)
+    assert caught.value.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+# ---------------------------------------------------------------------- search by time
+
+
+def test_search_offset_by_store_time(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-search")
+    wave = 5
+    create_topic(rocketmq, topic, 1, (BROKER_A,))
+    first = produce(rocketmq, topic, wave)
+    time.sleep(WAVE_GAP_S)
+    second = produce(rocketmq, topic, wave)
+    stored = consume(rocketmq, topic, 2 * wave)
+    first_times = [stored[position(row)]["storeTimestamp"] for row in first]
+    second_times = [stored[position(row)]["storeTimestamp"] for row in second]
+    assert max(first_times) < min(second_times)
+    address, queue = route_queue(client, topic, BROKER_A, 0)
+    max_offset = client.max_offset(address, queue)
+    assert max_offset == 2 * wave
+
+    assert client.search_offset(address, queue, second_times[0], Boundary.LOWER) == second[0]["queueOffset"]
+    assert client.search_offset(address, queue, first_times[-1], Boundary.UPPER) == first[-1]["queueOffset"]
+    assert client.search_offset(address, queue, second_times[-1] + ONE_HOUR_MS, Boundary.LOWER) == max_offset
+    assert client.search_offset(address, queue, first_times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
+    # Between the waves: LOWER finds wave 2's first, UPPER wave 1's last.
+    between = (first_times[-1] + second_times[0]) // 2
+    assert client.search_offset(address, queue, between, Boundary.LOWER) == wave
+    assert client.search_offset(address, queue, between, Boundary.UPPER) == wave - 1
+    assert client.earliest_store_time(address, queue) == first_times[0]
+
+
+# ------------------------------------------------------------------------ create topic
+
+
+def test_a_topic_created_by_the_client_takes_messages_from_the_official_producer(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+) -> None:
+    address = fresh_queue().address  # broker-a's, from the route of an existing topic
+    topic = unique("it-created")
+    queues = 2
+
+    client.create_topic(address, topic, queues, broker_name=BROKER_A)
+
+    # Exactly the topic the client asked for (not one auto-created from TBW102 by a send).
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    while True:
+        try:
+            route = client.topic_route(topic)
+            break
+        except TopicNotFoundError:
+            assert time.monotonic() < deadline, f"{topic} never appeared in the route"
+            time.sleep(ROUTE_POLL_S)
+    assert [(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm) for qd in route.queue_datas] == [
+        (BROKER_A, queues, queues, codes.PERM_READ | codes.PERM_WRITE)
+    ]
+    sent = produce(rocketmq, topic, 3, queue=1)
+    _, queue = route_queue(client, topic, BROKER_A, 1)
+    messages, _ = pull_to_end(client, address, queue, unique("it-g"))
+    assert [m.msg_id for m in messages] == [row["msgId"] for row in sent]
+
+
+# ------------------------------------------------------------------------------ proxy
+
+
+def test_proxy_route_names_the_proxy_for_every_broker(
+    rocketmq: ClusterHandle, proxy_client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-proxy-route")
+    create_topic(rocketmq, topic)
+
+    route = proxy_client.topic_route(topic)
+
+    assert route.readable_queues() == sorted(
+        MessageQueue(topic, broker, q) for broker in BROKERS for q in range(QUEUES_PER_BROKER)
+    )
+    assert {broker: route.master_address(broker) for broker in BROKERS} == {
+        broker: rocketmq.proxy_addr for broker in BROKERS
+    }
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_pull_offsets_and_search_through_the_proxy(
+    rocketmq: ClusterHandle, proxy_client: RocketMQClient, unique: Callable[[str], str], broker: str
+) -> None:
+    topic = unique("it-proxy")
+    group = unique("it-proxy-group")
+    queue_id = 1
+    count = 9
+    committed = 4
+    create_topic(rocketmq, topic)
+    sent = produce(rocketmq, topic, count, "--tags", "TagA,TagB,TagC", "--keys", "p-{i}", broker=broker,
+                   queue=queue_id)
+    address, queue = route_queue(proxy_client, topic, broker, queue_id)
+    assert address == rocketmq.proxy_addr
+
+    assert proxy_client.min_offset(address, queue) == 0
+    assert proxy_client.max_offset(address, queue) == count
+
+    messages, results = pull_to_end(proxy_client, address, queue, group, max_messages=2, subscription="TagB")
+    assert [(m.queue_offset, m.msg_id) for m in messages] == [
+        (row["queueOffset"], row["msgId"]) for row in sent if row["tags"] == "TagB"
+    ]
+    for message in messages:
+        assert_is_sent_message(message, sent[message.queue_offset])
+    assert results[-1].next_begin_offset == count
+
+    assert proxy_client.query_consumer_offset(address, queue, group) is None
+    proxy_client.update_consumer_offset(address, queue, group, committed)
+    assert proxy_client.query_consumer_offset(address, queue, group) == committed
+    official = {(o["broker"], o["queueId"]): o["consumerOffset"]
+                for o in rocketmq.tool("offsets", "--topic", topic, "--group", group)}
+    assert official.pop((broker, queue_id)) == committed
+    assert set(official.values()) == {None}
+
+    times = [m.store_timestamp for m in decode_messages(
+        proxy_client.pull(address, queue, 0, group=group, max_messages=PULL_BATCH).body)]
+    assert proxy_client.search_offset(address, queue, times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
+    assert proxy_client.search_offset(address, queue, times[-1] + ONE_HOUR_MS, Boundary.LOWER) == count
+    assert proxy_client.search_offset(address, queue, times[-1], Boundary.UPPER) == count - 1
+
+
+def test_the_proxy_does_not_serve_earliest_store_time(
+    rocketmq: ClusterHandle, proxy_client: RocketMQClient, fresh_queue: Callable[[], Target],
+) -> None:
+    """GET_EARLIEST_MSG_STORETIME is not among the codes the 5.x proxy's remoting port forwards."""
+    target = fresh_queue()
+    produce_to(rocketmq, target, 1)
+    address, queue = route_queue(proxy_client, target.topic, target.broker, target.queue_id)
+
+    with pytest.raises(BrokerResponseError) as caught:
+        proxy_client.earliest_store_time(address, queue)
+    assert caught.value.code == codes.REQUEST_CODE_NOT_SUPPORTED
+    assert caught.value.retriable is False
+
+
+# ------------------------------------------------------------------------ connections
+
+
+def test_a_closed_port_is_a_retriable_connection_failure(unique: Callable[[str], str]) -> None:
+    with RocketMQClient(ClientConfig((f"{LOOPBACK}:{closed_port()}",), request_timeout=2.0)) as dead:
+        with pytest.raises(ConnectionFailedError) as caught:
+            dead.topic_route(unique("it-any"))
+    assert caught.value.retriable is True
+
+
+def test_route_falls_over_to_the_next_name_server(
+    rocketmq: ClusterHandle, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-failover")
+    create_topic(rocketmq, topic)
+    servers = (f"{LOOPBACK}:{closed_port()}", rocketmq.namesrv_addr)
+    with RocketMQClient(ClientConfig(servers, request_timeout=2.0)) as c:
+        assert len(c.topic_route(topic).readable_queues()) == len(BROKERS) * QUEUES_PER_BROKER
+        # Asked again, it goes on using the name server that answered.
+        assert len(c.topic_route(topic).readable_queues()) == len(BROKERS) * QUEUES_PER_BROKER
+
+
+# ------------------------------------------------------------------------ concurrency
+
+
+def test_threads_pulling_different_queues_over_one_client_all_get_their_own_data(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str]
+) -> None:
+    topic = unique("it-threads")
+    per_queue = 40
+    queues = len(BROKERS) * QUEUES_PER_BROKER
+    create_topic(rocketmq, topic)
+    sent = produce(rocketmq, topic, per_queue * queues, "--keys", "t-{i}", broker=None)
+    expected: dict[tuple[str, int], list[str]] = {}
+    for row in sent:
+        expected.setdefault((row["broker"], row["queueId"]), []).append(row["msgId"])
+    assert len(expected) == queues
+    route = client.topic_route(topic)
+    start = threading.Barrier(queues)
+    group = unique("it-g")
+
+    def read(queue: MessageQueue) -> list[Message]:
+        address = route.master_address(queue.broker_name)
+        assert address is not None
+        start.wait()
+        messages, _ = pull_to_end(client, address, queue, group, max_messages=SMALL_PULL)
+        return messages
+
+    with ThreadPoolExecutor(max_workers=queues) as pool:
+        results = dict(zip(route.readable_queues(), pool.map(read, route.readable_queues())))
+
+    for queue, messages in results.items():
+        assert [m.msg_id for m in messages] == expected[(queue.broker_name, queue.queue_id)]
+        assert {(m.topic, m.queue_id) for m in messages} == {(topic, queue.queue_id)}
+        assert [m.queue_offset for m in messages] == list(range(len(messages)))
