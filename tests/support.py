@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, run_tool
+
+QUERY_TIMEOUT_S = 300
 
 
 class ClusterHandle:
@@ -23,3 +29,78 @@ class ClusterHandle:
         if self.cluster is None:
             raise RuntimeError("mqadmin needs a cluster started by this run")
         return self.cluster.mqadmin(*args)
+
+
+def stored_offsets(rocketmq: ClusterHandle, topic: str, group: str) -> dict[tuple[str, int], int | None]:
+    """The group's stored offset per (broker, queue), as the official client reads it (None: none)."""
+    return {(row["broker"], row["queueId"]): row["consumerOffset"]
+            for row in rocketmq.tool("offsets", "--topic", topic, "--group", group)}
+
+
+def max_offsets(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int], int]:
+    return {(row["broker"], row["queueId"]): row["maxOffset"]
+            for row in rocketmq.tool("offsets", "--topic", topic, "--group", "offsets-probe")}
+
+
+def spark_offsets(nested: str | dict[str, Any], topic: str) -> dict[tuple[str, int], int]:
+    """A stream's offsets for one topic (progress reports give them as JSON text), keyed like
+    ``stored_offsets``."""
+    if isinstance(nested, str):
+        nested = json.loads(nested)
+    return {(broker, int(q)): offset for broker, queues in nested[topic].items() for q, offset in queues.items()}
+
+
+def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: str | None = None) -> None:
+    args = ["--topic", topic, "--queues", str(queues)]
+    if brokers:
+        args += ["--brokers", brokers]
+    rocketmq.tool("create-topic", *args)
+
+
+def produce(rocketmq: ClusterHandle, topic: str, count: int, *args: str) -> list[dict[str, Any]]:
+    """Send ``count`` messages with the official producer; one dict per message sent."""
+    return rocketmq.tool("produce", "--topic", topic, "--count", str(count), *args)
+
+
+def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, **options: str) -> Any:
+    reader = (spark.readStream.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
+              .option("topic", topic).option("consumerGroup", group))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def run_available_now(df: Any, checkpoint: Path, on_batch: Callable[[Any, int], None] | None = None) -> Any:
+    """Run a query with Trigger.AvailableNow into foreachBatch; return the finished query."""
+    def sink(batch: Any, batch_id: int) -> None:
+        if on_batch is not None:
+            on_batch(batch, batch_id)
+
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "query did not finish"
+    return query
+
+
+def collect_available_now(df: Any, checkpoint: Path) -> list[Any]:
+    rows: list[Any] = []
+    run_available_now(df, checkpoint, lambda batch, _: rows.extend(batch.collect()))
+    return rows
+
+
+def batch_read(spark: Any, rocketmq: ClusterHandle, topic: str, **options: str) -> Any:
+    reader = spark.read.format("rocketmq").option("nameServer", rocketmq.namesrv_addr).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def wait_rows(query: Any, count: int, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+    """Wait until the query has read ``count`` rows in all (the sink is read only afterwards)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        if sum(p["numInputRows"] for p in query.recentProgress) >= count:
+            return
+        time.sleep(1)
+    raise AssertionError(f"fewer than {count} rows reached the sink in {timeout_s:.0f}s")
