@@ -77,7 +77,12 @@ class OffsetReader:
         if not queues:
             return set()
         live = with_retries(self.client.live_brokers, "cluster info")
-        return {q for q in queues if live is None or q.broker_name not in live}
+        if live is None:
+            return queues
+        # A broker that registered again between the routes and this answer lists its queues
+        # again by now: only a queue still missing from fresh routes is gone.
+        back = self.queues(missing_ok=True)
+        return {q for q in queues if q.broker_name not in live or q in back}
 
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:

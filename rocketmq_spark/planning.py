@@ -42,6 +42,8 @@ class DataLoss:
     reason: str
 
     def describe(self) -> str:
+        if self.lost_to <= self.lost_from:  # a queue that is gone: its end is unknown
+            return f"{self.queue}: offsets from {self.lost_from} on {self.reason}"
         return f"{self.queue}: offsets [{self.lost_from}, {self.lost_to}) {self.reason}"
 
 

@@ -81,3 +81,5 @@ def test_data_loss_policy_fails_naming_queue_and_offsets_or_warns(caplog: pytest
     with caplog.at_level(logging.WARNING):
         on_data_loss(loss, fail_on_data_loss=False)
     assert "t/broker-a/0: offsets [5, 10)" in caplog.text
+    gone = DataLoss(B0, 7, 7, "cannot be read: the queue is gone from the topic's route")
+    assert gone.describe() == "t/broker-b/0: offsets from 7 on cannot be read: the queue is gone from the topic's route"
