@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ TAGS = "created,paid,refunded"
 QUEUES_PER_BROKER = 4
 FIRST_WAVE = 3_000
 SECOND_WAVE = 1_500
-TRIGGER = "2 seconds"
+TRIGGER_S = 2
+TRIGGER = f"{TRIGGER_S} seconds"
+WAIT_S = 180
 WORK = Path(__file__).resolve().parent / "work" / "demo"
 ORDER_BODY = '{"orderId": {i}, "customer": "c-{i}"}'
 
@@ -52,7 +53,8 @@ def main() -> int:
         produce(cluster, FIRST_WAVE, 1)
 
         spark = (SparkSession.builder.master("local[2]").appName("rocketmq-demo")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         orders = (spark.readStream.format("rocketmq")
                   .option("nameServer", cluster.namesrv_addr)
@@ -69,31 +71,35 @@ def main() -> int:
                                                    F.col("orderId") % 4 + 1))
                 .withColumn("amount", (F.col("orderId") * 37 % 500) / 10))
         totals: dict[str, float] = {}
+        written = [0]
 
         def write_batch(batch: Any, batch_id: int) -> None:
             batch.write.mode("overwrite").parquet(str(WORK / "paid-orders" / f"batch_id={batch_id}"))
+            rows = batch.count()
             for row in batch.groupBy("region").agg(F.sum("amount").alias("revenue")).collect():
                 totals[row.region] = totals.get(row.region, 0.0) + row.revenue
-            print(f"batch {batch_id}: {batch.count()} paid orders; revenue so far "
+            written[0] += rows
+            print(f"batch {batch_id}: {rows} paid orders; revenue so far "
                   + ", ".join(f"{region}={totals[region]:.1f}" for region in sorted(totals)), flush=True)
 
         query = (paid.writeStream.foreachBatch(write_batch).trigger(processingTime=TRIGGER)
                  .option("checkpointLocation", str(WORK / "checkpoint")).start())
-        second_wave = threading.Thread(target=produce, args=(cluster, SECOND_WAVE, 2))
-        time.sleep(5)
-        print(f"producing a second wave of {SECOND_WAVE} orders while the query runs ...", flush=True)
-        second_wave.start()
-        second_wave.join()
-        expected = sum(1 for i in range(FIRST_WAVE) if i % 3 == 1) + sum(1 for i in range(SECOND_WAVE) if i % 3 == 1)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if spark.read.parquet(str(WORK / "paid-orders")).count() >= expected and not query.status["isDataAvailable"]:
-                break
-            time.sleep(2)
-        time.sleep(4)  # one more trigger, so the last batch's offsets reach the broker
-        query.stop()
-        written = spark.read.parquet(str(WORK / "paid-orders"))
-        print(f"\nparquet sink: {written.count()} paid orders ({written.select('keys').distinct().count()} distinct), "
+        try:
+            time.sleep(5)
+            print(f"producing a second wave of {SECOND_WAVE} orders while the query runs ...", flush=True)
+            produce(cluster, SECOND_WAVE, 2)
+            expected = (sum(1 for i in range(FIRST_WAVE) if i % 3 == 1)
+                        + sum(1 for i in range(SECOND_WAVE) if i % 3 == 1))
+            deadline = time.monotonic() + WAIT_S
+            while written[0] < expected and time.monotonic() < deadline:
+                if query.exception() is not None:
+                    raise RuntimeError(f"the query failed: {query.exception()}")
+                time.sleep(1)
+            time.sleep(2 * TRIGGER_S)  # another trigger, so the last batch's offsets reach the broker
+        finally:
+            query.stop()
+        sink = spark.read.parquet(str(WORK / "paid-orders"))
+        print(f"\nparquet sink: {sink.count()} paid orders ({sink.select('keys').distinct().count()} distinct), "
               f"expected {expected}")
         spark.stop()
 
