@@ -50,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from integration.spark import local_spark
 from integration.cluster import (  # noqa: E402
     DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, STATE_FILE_NAME, Cluster, ClusterConfig, ClusterError,
 )
@@ -344,20 +345,7 @@ def run_client(pool: Any, namesrv: str, topic: str, pull_batch_size: int) -> tup
 
 
 def start_spark() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rocketmq-spark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    spark = local_spark("rocketmq-spark-bench", **{"spark.driver.memory": "2g"})
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

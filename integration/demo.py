@@ -11,7 +11,6 @@ and lag per queue, as the official client and RocketMQ's own mqadmin see them.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, ClusterConfig
+from integration.spark import local_spark
 
 TOPIC = "orders"
 GROUP = "revenue-by-region"
@@ -40,8 +40,7 @@ def produce(cluster: Cluster, count: int, wave: int) -> None:
 
 
 def main() -> int:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import functions as F
 
     shutil.rmtree(WORK, ignore_errors=True)
     cluster = Cluster(ClusterConfig(brokers=2))
@@ -52,9 +51,7 @@ def main() -> int:
         print(f"producing {FIRST_WAVE} orders tagged {TAGS} ...", flush=True)
         produce(cluster, FIRST_WAVE, 1)
 
-        spark = (SparkSession.builder.master("local[2]").appName("rocketmq-demo")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = local_spark("rocketmq-demo")
         spark.sparkContext.setLogLevel("ERROR")
         orders = (spark.readStream.format("rocketmq")
                   .option("nameServer", cluster.namesrv_addr)

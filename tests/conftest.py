@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig
+from integration.spark import local_spark
 from tests.support import ClusterHandle
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,19 +56,7 @@ def unique() -> Callable[[str], str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local SparkSession whose Python workers run this interpreter (so they see the package)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rocketmq-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    session = local_spark("rocketmq-spark-tests", **{"spark.driver.memory": "1g"})
     try:
         yield session
     finally:
