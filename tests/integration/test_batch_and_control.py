@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support import (
-    ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, run_available_now,
+    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, run_available_now,
     stored_offsets, stream, wait_rows,
 )
 
@@ -155,29 +156,37 @@ def test_splitting_keeps_order_and_loses_nothing(spark: Any, rocketmq: ClusterHa
 # --------------------------------------------------------------------------- 5
 
 
-def test_data_loss_fails_or_skips(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
-    """The topic is deleted and recreated: the checkpoint's offsets are beyond the new queues' end."""
-    topic = unique("loss")
-    create_topic(rocketmq, topic, queues=1)
-    produce(rocketmq, topic, 30)
+def test_data_loss_under_a_running_query_fails_or_skips(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """The topic is deleted and recreated while the stream runs: its offsets are gone."""
     for fail in (True, False):
-        group = unique("loss-group")
-        checkpoint = tmp_path / f"checkpoint-{fail}"
-        options = {"consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "failOnDataLoss": str(fail).lower()}
-        assert len(collect_available_now(stream(spark, rocketmq, topic, group, **options), checkpoint)) == 30 * (
-            1 if fail else 1)
-        rocketmq.tool("delete-topic", "--topic", topic)
-        create_topic(rocketmq, topic, queues=1)
-        produce(rocketmq, topic, 5, "--keys", "after-{i}")
-        if fail:
-            with pytest.raises(Exception, match=rf"{topic}/broker-\w/0: offsets \[\d+, \d+\).*failOnDataLoss=false"):
-                collect_available_now(stream(spark, rocketmq, topic, group, **options), checkpoint)
-        else:
-            rows = collect_available_now(stream(spark, rocketmq, topic, group, **options), checkpoint)
-            assert sorted(r.keys for r in rows) == [f"after-{i}" for i in range(5)]
-        rocketmq.tool("delete-topic", "--topic", topic)
-        create_topic(rocketmq, topic, queues=1)
-        produce(rocketmq, topic, 30)
+        topic, group = unique("loss"), unique("loss-group")
+        create_topic(rocketmq, topic, queues=1, brokers="broker-a")
+        produce(rocketmq, topic, 30, "--keys", "before-{i}")
+        keys: list[str] = []
+        df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
+                    failOnDataLoss=str(fail).lower())
+        query = (df.writeStream.option("checkpointLocation", str(tmp_path / f"c-{fail}"))
+                 .foreachBatch(lambda batch, _: keys.extend(r.keys for r in batch.select("keys").collect()))
+                 .trigger(processingTime="1 second").start())
+        try:
+            wait_rows(query, 30)
+            rocketmq.tool("delete-topic", "--topic", topic)
+            create_topic(rocketmq, topic, queues=1, brokers="broker-a")
+            produce(rocketmq, topic, 5, "--keys", "after-{i}")
+            deadline = time.monotonic() + QUERY_TIMEOUT_S
+            if fail:
+                while query.exception() is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert query.exception() is not None, "the query went on past lost data"
+                assert re.search(rf"{topic}/broker-a/0: offsets .*failOnDataLoss=false", str(query.exception()))
+            else:
+                while not {f"after-{i}" for i in range(5)} <= set(keys) and time.monotonic() < deadline:
+                    assert query.exception() is None, query.exception()
+                    time.sleep(0.5)
+                assert sorted(keys) == sorted([f"before-{i}" for i in range(30)] + [f"after-{i}" for i in range(5)])
+        finally:
+            query.stop()
 
 
 # --------------------------------------------------------------------------- 6, 7
