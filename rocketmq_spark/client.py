@@ -21,13 +21,13 @@ from rocketmq_spark import codes
 from rocketmq_spark.codec import RemotingCommand
 from rocketmq_spark.connection import Connection, ConnectionPool
 from rocketmq_spark.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
+from rocketmq_spark.message import SUBSCRIBE_ALL
 from rocketmq_spark.route import MessageQueue, TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.signing import sign
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 EXPRESSION_TAG = "TAG"
 EXPRESSION_SQL92 = "SQL92"
-SUBSCRIBE_ALL = "*"
 PERM_READ_WRITE = codes.PERM_READ | codes.PERM_WRITE
 
 

@@ -17,6 +17,18 @@ OffsetMap = dict[MessageQueue, int]
 NAMESPACE_SEPARATOR = "%"
 
 
+def with_namespace(resource: str, namespace: str | None) -> str:
+    """RocketMQ's ``namespace%resource``, unless the resource already carries the namespace."""
+    if not namespace or resource.startswith(namespace + NAMESPACE_SEPARATOR):
+        return resource
+    return f"{namespace}{NAMESPACE_SEPARATOR}{resource}"
+
+
+def without_namespace(resource: str, namespace: str | None) -> str:
+    prefix = f"{namespace}{NAMESPACE_SEPARATOR}" if namespace else None
+    return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
+
+
 def to_spark(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, dict[str, int]]]:
     """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON)."""
     out: dict[str, dict[str, dict[str, int]]] = {}
@@ -33,9 +45,7 @@ def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> Offse
     for topic, brokers in nested.items():
         if not isinstance(brokers, Mapping):
             raise ValueError(f"topic '{topic}' must map broker names to objects of queue ids")
-        full_topic = topic
-        if namespace and not topic.startswith(namespace + NAMESPACE_SEPARATOR):
-            full_topic = f"{namespace}{NAMESPACE_SEPARATOR}{topic}"
+        full_topic = with_namespace(topic, namespace)
         for broker, queues in brokers.items():
             if not isinstance(queues, Mapping):
                 raise ValueError(f"broker '{broker}' of topic '{topic}' must map queue ids to offsets")
@@ -55,7 +65,3 @@ def parse_offset_json(text: str, namespace: str | None = None) -> OffsetMap:
     except json.JSONDecodeError as err:
         raise ValueError(f"not JSON: {err}") from err
     return from_spark(nested, namespace)
-
-
-def total(offsets: Mapping[MessageQueue, int]) -> int:
-    return sum(offsets.values())

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials
+from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, ClientConfig, Credentials
 from rocketmq_spark.client import parse_name_servers
 from rocketmq_spark.errors import ConfigurationError
-from rocketmq_spark.message import parse_tag_expression
-from rocketmq_spark.offsets import OffsetMap, parse_offset_json
+from rocketmq_spark.message import SUBSCRIBE_ALL, parse_tag_expression
+from rocketmq_spark.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
 
 # Option names exactly as documented; matching is case-insensitive.
 NAME_SERVER = "nameServer"
@@ -66,7 +66,6 @@ DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
 ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
 ROCKETMQ_TIMESTAMP_DIGITS = 14
-NAMESPACE_SEPARATOR = "%"
 MS_PER_SECOND = 1000
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -125,17 +124,6 @@ class SourceOptions:
     def display_topic(self, topic: str) -> str:
         """The topic as the user named it (RocketMQ clients strip the namespace the same way)."""
         return without_namespace(topic, self.namespace)
-
-
-def with_namespace(resource: str, namespace: str | None) -> str:
-    if not namespace or resource.startswith(namespace + NAMESPACE_SEPARATOR):
-        return resource
-    return f"{namespace}{NAMESPACE_SEPARATOR}{resource}"
-
-
-def without_namespace(resource: str, namespace: str | None) -> str:
-    prefix = f"{namespace}{NAMESPACE_SEPARATOR}" if namespace else None
-    return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
 
 
 class _Reader:
