@@ -1,8 +1,13 @@
-"""Throughput of the PULL-body decoders on realistic records.
+"""Throughput of the PULL-body decoders on realistic records, on one core.
 
 Builds N uncompressed V1 records (1 KiB bodies, IPv4 hosts, TAGS/KEYS/UNIQ_KEY
 properties), groups them into PULL-sized bodies of 32 records and reports the
-median of several timed runs of each decode API.
+median of several timed runs of each decode API:
+
+  bulk (reader)    what a Spark task runs: scan each pull as it arrives, decode the
+                   pulls of one Arrow batch (8192 messages) together into Arrow columns
+  decode_columns   the per-record decoder, one pull at a time, Python lists
+  decode_messages  the per-record decoder, one Message tuple per message
 
     python bench/bench_decode.py [--messages N] [--body-size B] [--runs R]
 """
@@ -20,7 +25,9 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from rocketmq_spark import codes  # noqa: E402
+from rocketmq_spark.columnar import decode_bulk, scan_records  # noqa: E402
 from rocketmq_spark.message import decode_columns, decode_messages  # noqa: E402
+from rocketmq_spark.partition_reader import ARROW_BATCH_ROWS  # noqa: E402
 
 PULL_BATCH = 32
 TOPIC = b"BenchTopic"
@@ -64,14 +71,24 @@ def build_bodies(messages: int, body_size: int) -> list[bytes]:
     return [b"".join(records[i : i + PULL_BATCH]) for i in range(0, messages, PULL_BATCH)]
 
 
-def time_api(decode: Callable[[bytes], object], bodies: list[bytes], runs: int) -> float:
+def time_api(decode: Callable[[list[bytes]], object], groups: list[list[bytes]], runs: int) -> float:
     timings = []
     for _ in range(runs):
         start = time.perf_counter()
-        for body in bodies:
-            decode(body)
+        for group in groups:
+            decode(group)
         timings.append(time.perf_counter() - start)
     return statistics.median(timings)
+
+
+def bulk(pulls: list[bytes]) -> object:
+    """The reader's path: scan on arrival, then one bulk decode per Arrow batch."""
+    starts = [scan_records(pull) for pull in pulls]
+    return decode_bulk(pulls, starts)  # type: ignore[arg-type]
+
+
+def each(decode: Callable[[bytes], object]) -> Callable[[list[bytes]], object]:
+    return lambda pulls: [decode(pull) for pull in pulls]
 
 
 def main() -> None:
@@ -90,8 +107,14 @@ def main() -> None:
         f"{args.messages} records, {args.body_size}-byte bodies, {len(bodies)} PULL bodies "
         f"of {PULL_BATCH}, {total_bytes / 1e6:.1f} MB, median of {args.runs} runs"
     )
-    for name, decode in (("decode_messages", decode_messages), ("decode_columns", decode_columns)):
-        seconds = time_api(decode, bodies, args.runs)
+    per_batch = max(1, ARROW_BATCH_ROWS // PULL_BATCH)
+    groups = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)]
+    if len(bulk(groups[0])) != min(args.messages, per_batch * PULL_BATCH):  # type: ignore[arg-type]
+        raise SystemExit("the bulk decoder lost messages")
+    apis = (("bulk (reader)", bulk), ("decode_columns", each(decode_columns)),
+            ("decode_messages", each(decode_messages)))
+    for name, decode in apis:
+        seconds = time_api(decode, groups, args.runs)
         print(
             f"{name:16s} {args.messages / seconds:12,.0f} messages/s "
             f"{total_bytes / seconds / 1e6:10,.1f} MB/s"

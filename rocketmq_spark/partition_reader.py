@@ -21,7 +21,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.client import ClientConfig, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.message import MessageColumns, decode_columns
 from rocketmq_spark.options import SourceOptions
 from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
 from rocketmq_spark.retry import with_retries
@@ -81,8 +80,8 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
     """
     client = shared_client(part.client)
     queue = part.queue
-    builder = BatchBuilder(part.display_topic, queue.broker_name, queue.queue_id)
-    tags = part.tag_filter
+    builder = BatchBuilder(part.display_topic, queue.broker_name, queue.queue_id, part.start, part.end,
+                           part.tag_filter)
     offset = part.start
     pending: Future[PullResult] | None = _prefetch.submit(_pull, client, part, offset) if offset < part.end else None
     while pending is not None:
@@ -94,7 +93,7 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
             if offset_after < part.end:
                 pending = _prefetch.submit(_pull, client, part, offset_after)
             if status is PullStatus.FOUND:
-                _add_found(builder, decode_columns(result.body), offset, part.end, tags)
+                builder.add_pull(result.body)
         elif status is PullStatus.OFFSET_ILLEGAL:
             offset_after = _offset_moved(part, offset, result)
         else:  # NO_NEW_MSG below the planned end
@@ -103,26 +102,12 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
         if pending is None and offset < part.end:
             pending = _prefetch.submit(_pull, client, part, offset)
         if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
-            yield builder.flush()
-    if builder.rows:
-        yield builder.flush()
-
-
-def _add_found(builder: BatchBuilder, cols: MessageColumns, start: int, end: int,
-               tags: frozenset[str] | None) -> None:
-    """Add a pull's messages in ``[start, end)`` whose tag is exactly one of ``tags``.
-
-    A pull can return messages outside what was asked: past the range end (the broker returns
-    whole batches), and before ``start`` when it starts inside an inner-batch record (a BatchCQ
-    topic stores a batch send as one record, returned whole). And a broker's tag filter compares
-    hash codes, so different tags with equal hashes pass it.
-    """
-    offsets = cols.queue_offset
-    if offsets and (offsets[0] < start or offsets[-1] >= end or tags is not None):
-        builder.add(cols, [i for i, o in enumerate(offsets)
-                           if start <= o < end and (tags is None or cols.tags[i] in tags)])
-    else:
-        builder.add(cols)
+            batch = builder.flush()
+            if batch is not None:
+                yield batch
+    batch = builder.flush()
+    if batch is not None:
+        yield batch
 
 
 def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int) -> PullResult:

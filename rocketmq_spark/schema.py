@@ -6,16 +6,15 @@ the Arrow schema is derived from the Spark one by that same function rather than
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import accumulate, chain
-
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
-from rocketmq_spark.message import MessageColumns
+from rocketmq_spark.columnar import ArrowColumns, decode_bulk, from_message_columns, scan_records
+from rocketmq_spark.message import decode_columns
 
 _STRING = StringType()
 _INT = IntegerType()
@@ -40,104 +39,92 @@ SCHEMA = StructType([
 ])
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-_TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 _TIMESTAMP = ARROW_SCHEMA.field("bornTimestamp").type
 _INT32 = pa.int32()
 
 
 class BatchBuilder:
-    """Collects decoded messages of one queue and turns them into Arrow record batches.
+    """Collects the pulls of one queue range and turns them into Arrow record batches.
 
-    Columns are kept as Python lists, extended a pull at a time, and become Arrow arrays in one
-    C-level conversion each when the batch is flushed; the caller flushes when ``rows`` or
-    ``body_bytes`` reach its bound, so memory does not grow with the range.
+    Pull bodies are kept raw and decoded together when the batch is flushed, so the per-message
+    work runs in bulk (rocketmq_spark.columnar). Messages outside ``[start, end)`` (a pull returns
+    whole broker batches) and messages whose tag is not exactly one subscribed (the broker filters
+    by hash code) are dropped then. The caller flushes when ``rows`` or ``body_bytes`` reach its
+    bound, so memory does not grow with the range.
     """
 
-    def __init__(self, topic: str, broker_name: str, queue_id: int) -> None:
+    def __init__(self, topic: str, broker_name: str, queue_id: int, start: int, end: int,
+                 tags: frozenset[str] | None) -> None:
         self.topic = topic
         self.broker_name = broker_name
         self.queue_id = queue_id
+        self.start = start
+        self.end = end
+        self._tags = None if tags is None else pa.array(sorted(tags), pa.string())
         self._reset()
 
     def _reset(self) -> None:
         self.rows = 0
         self.body_bytes = 0
-        self._offsets: list[int] = []
-        self._msg_ids: list[str] = []
-        self._offset_msg_ids: list[str] = []
-        self._tags: list[str | None] = []
-        self._keys: list[str | None] = []
-        self._bodies: list[bytes] = []
-        self._properties: list[dict[str, str]] = []
-        self._born: list[int] = []
-        self._stored: list[int] = []
-        self._born_hosts: list[str] = []
-        self._store_hosts: list[str] = []
-        self._reconsume: list[int] = []
-        self._flags: list[int] = []
+        self._pulls: list[bytes] = []
+        self._starts: list[list[int]] = []
+        self._chunks: list[ArrowColumns] = []
 
-    def add(self, cols: MessageColumns, keep: Sequence[int] | None = None) -> None:
-        """Append every message of ``cols``, or only those at the indices in ``keep``."""
-        if keep is None:
-            self._extend(cols)
-        elif keep:
-            pick = _Picker(keep)
-            self._extend(MessageColumns(*(pick(column) for column in cols)))
+    def add_pull(self, body: bytes) -> None:
+        """Take the body of one FOUND pull response; records are decoded at the next flush."""
+        starts = scan_records(body)
+        self.body_bytes += len(body)
+        if starts is not None:
+            self._pulls.append(body)
+            self._starts.append(starts)
+            self.rows += len(starts)
+            return
+        # A record the bulk decoder does not take: decode this pull alone, keeping offset order.
+        self._decode_pulls()
+        columns = from_message_columns(decode_columns(body))
+        self.rows += len(columns)
+        self._chunks.append(self._trim(columns))
 
-    def _extend(self, cols: MessageColumns) -> None:
-        count = len(cols.queue_offset)
-        self.rows += count
-        self.body_bytes += sum(map(len, cols.body))
-        self._offsets += cols.queue_offset
-        self._msg_ids += cols.msg_id
-        self._offset_msg_ids += cols.offset_msg_id
-        self._tags += cols.tags
-        self._keys += cols.keys
-        self._bodies += cols.body
-        self._properties += cols.properties
-        self._born += cols.born_timestamp
-        self._stored += cols.store_timestamp
-        self._born_hosts += cols.born_host
-        self._store_hosts += cols.store_host
-        self._reconsume += cols.reconsume_times
-        self._flags += cols.flag
+    def _decode_pulls(self) -> None:
+        if self._pulls:
+            self._chunks.append(self._trim(decode_bulk(self._pulls, self._starts)))
+            self._pulls = []
+            self._starts = []
 
-    def flush(self) -> pa.RecordBatch:
-        """The rows collected so far as one record batch; the builder starts empty again."""
-        n = self.rows
-        props = self._properties
-        properties = pa.MapArray.from_arrays(
-            pa.array(list(accumulate(map(len, props), initial=0)), _INT32),
-            pa.array(list(chain.from_iterable(map(dict.keys, props))), pa.string()),
-            pa.array(list(chain.from_iterable(map(dict.values, props))), pa.string()),
-        )
-        arrays = [
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.broker_name] * n, pa.string()),
-            pa.array([self.queue_id] * n, _INT32),
-            pa.array(self._offsets, pa.int64()),
-            pa.array(self._msg_ids, pa.string()),
-            pa.array(self._offset_msg_ids, pa.string()),
-            pa.array(self._tags, pa.string()),
-            pa.array(self._keys, pa.string()),
-            pa.array(self._bodies, pa.binary()),
-            properties,
-            pa.array(self._born, _TIMESTAMP_MS).cast(_TIMESTAMP),
-            pa.array(self._stored, _TIMESTAMP_MS).cast(_TIMESTAMP),
-            pa.array(self._born_hosts, pa.string()),
-            pa.array(self._store_hosts, pa.string()),
-            pa.array(self._reconsume, _INT32),
-            pa.array(self._flags, _INT32),
-        ]
+    def _trim(self, columns: ArrowColumns) -> ArrowColumns:
+        offsets = columns.queue_offset.to_numpy()
+        keep = (offsets >= self.start) & (offsets < self.end)
+        if self._tags is not None:
+            keep &= pc.fill_null(pc.is_in(columns.tags, value_set=self._tags), False).to_numpy(
+                zero_copy_only=False)
+        return columns if keep.all() else columns.filter(keep)
+
+    def flush(self) -> pa.RecordBatch | None:
+        """The rows collected so far as one record batch (None if none are kept); the builder
+        starts empty again."""
+        self._decode_pulls()
+        chunks = [chunk for chunk in self._chunks if len(chunk)]
         self._reset()
+        if not chunks:
+            return None
+        cols = ArrowColumns.concat(chunks)
+        n = len(cols)
+        arrays = [
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.broker_name, pa.string()), n),
+            pa.repeat(pa.scalar(self.queue_id, _INT32), n),
+            cols.queue_offset,
+            cols.msg_id,
+            cols.offset_msg_id,
+            cols.tags,
+            cols.keys,
+            cols.body,
+            cols.properties,
+            cols.born_timestamp.cast(_TIMESTAMP),
+            cols.store_timestamp.cast(_TIMESTAMP),
+            cols.born_host,
+            cols.store_host,
+            cols.reconsume_times,
+            cols.flag,
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-class _Picker:
-    """Selects the same indices from every column of a pull."""
-
-    def __init__(self, keep: Sequence[int]) -> None:
-        self.keep = keep
-
-    def __call__(self, column: Sequence[object]) -> list[object]:
-        return [column[i] for i in self.keep]
