@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from rocketmq_spark.client import ClientConfig, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.client import EXPRESSION_TAG, ClientConfig, PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.options import SourceOptions
 from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
 from rocketmq_spark.retry import with_retries
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 # Bounds of one Arrow batch: whichever is reached first.
 ARROW_BATCH_ROWS = 8192
 ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
-PREFETCH_THREADS = 4
+# Pulls of one task that may be on the wire at once (when no filter makes their ends unknowable).
+PULLS_IN_FLIGHT = 4
 # A planned offset the broker says is not there yet: consume queue dispatch can trail the
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
@@ -56,10 +58,15 @@ class RocketMQPartition(InputPartition):
     pull_batch_size: int
     fail_on_data_loss: bool
 
+    @property
+    def reads_every_message(self) -> bool:
+        """No filter: every offset of the range holds a message this read returns."""
+        return self.expression_type == EXPRESSION_TAG and self.tag_filter is None
+
 
 _clients: dict[ClientConfig, RocketMQClient] = {}
-# Pulls run here while the task's own thread decodes; one in flight per reading task.
-_prefetch = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="rocketmq-pull")
+# Pulls run here while the task's own thread decodes. A Python worker runs one task at a time.
+_pullers = ThreadPoolExecutor(max_workers=PULLS_IN_FLIGHT, thread_name_prefix="rocketmq-pull")
 _clients_lock = threading.Lock()
 
 
@@ -73,34 +80,11 @@ def shared_client(config: ClientConfig) -> RocketMQClient:
 
 
 def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order.
-
-    The next pull is sent as soon as a response says where it continues, before that response is
-    decoded, so the round trip to the broker overlaps the decoding.
-    """
-    client = shared_client(part.client)
-    queue = part.queue
-    builder = BatchBuilder(part.display_topic, queue.broker_name, queue.queue_id, part.start, part.end,
-                           part.tag_filter)
-    offset = part.start
-    pending: Future[PullResult] | None = _prefetch.submit(_pull, client, part, offset) if offset < part.end else None
-    while pending is not None:
-        result = pending.result()
-        status = result.status
-        pending = None
-        if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
-            offset_after = max(result.next_begin_offset, offset + 1)
-            if offset_after < part.end:
-                pending = _prefetch.submit(_pull, client, part, offset_after)
-            if status is PullStatus.FOUND:
-                builder.add_pull(result.body)
-        elif status is PullStatus.OFFSET_ILLEGAL:
-            offset_after = _offset_moved(part, offset, result)
-        else:  # NO_NEW_MSG below the planned end
-            offset_after = _missing(client, part, offset)
-        offset = offset_after
-        if pending is None and offset < part.end:
-            pending = _prefetch.submit(_pull, client, part, offset)
+    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order."""
+    builder = BatchBuilder(part.display_topic, part.queue.broker_name, part.queue.queue_id, part.start,
+                           part.end, part.tag_filter)
+    for body, low in _found_pulls(shared_client(part.client), part):
+        builder.add_pull(body, low)
         if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
             batch = builder.flush()
             if batch is not None:
@@ -110,11 +94,53 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int) -> PullResult:
+def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tuple[bytes, int]]:
+    """The bodies of the range's FOUND pulls in offset order, each with the offset below which
+    its messages were already handed out.
+
+    Without a filter every offset holds a message, so where each pull ends is known before it is
+    answered and ``PULLS_IN_FLIGHT`` pulls of consecutive spans run at once; a short answer gets
+    its span's rest pulled before the next span. With a filter the broker skips what does not
+    match and only the answer says where to go on, so pulls run one ahead of decoding instead.
+    """
+    depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
+    accepted = part.start  # messages below this were handed out, or reported lost
+    requested = part.start  # where the next new span starts
+    in_flight: deque[tuple[int, int, Future[PullResult]]] = deque()
+
+    def send(start: int, stop: int) -> tuple[int, int, Future[PullResult]]:
+        return start, stop, _pullers.submit(_pull, client, part, start, stop - start)
+
+    while accepted < part.end:
+        while len(in_flight) < depth and requested < part.end:
+            stop = min(requested + part.pull_batch_size, part.end)
+            in_flight.append(send(requested, stop))
+            requested = stop
+        start, stop, future = in_flight.popleft()
+        result = future.result()
+        status = result.status
+        if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
+            if status is PullStatus.FOUND:
+                yield result.body, accepted
+            accepted = max(accepted, result.next_begin_offset, start + 1)
+            if depth == 1:
+                requested = accepted
+            elif accepted < stop:  # a short answer: the rest of its span comes next
+                in_flight.appendleft(send(accepted, stop))
+            continue
+        if status is PullStatus.OFFSET_ILLEGAL:
+            resume = _offset_moved(part, start, result)
+        else:  # NO_NEW_MSG below the planned end
+            resume = _missing(client, part, start)
+        # Start over from there; pulls still in flight are left to finish unread.
+        in_flight.clear()
+        accepted = requested = max(accepted, resume)
+
+
+def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> PullResult:
     return with_retries(
         lambda: client.pull(
-            part.address, part.queue, offset, group=part.group,
-            max_messages=min(part.pull_batch_size, part.end - offset),
+            part.address, part.queue, offset, group=part.group, max_messages=count,
             subscription=part.sub_expression, expression_type=part.expression_type,
         ),
         f"pull of {part.queue} at {offset}",

@@ -6,6 +6,7 @@ the Arrow schema is derived from the Spark one by that same function rather than
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -68,32 +69,38 @@ class BatchBuilder:
         self.body_bytes = 0
         self._pulls: list[bytes] = []
         self._starts: list[list[int]] = []
+        self._lows: list[int] = []
         self._chunks: list[ArrowColumns] = []
 
-    def add_pull(self, body: bytes) -> None:
-        """Take the body of one FOUND pull response; records are decoded at the next flush."""
+    def add_pull(self, body: bytes, low: int) -> None:
+        """Take the body of one FOUND pull response, whose messages below ``low`` are not wanted
+        (already taken from an earlier pull); records are decoded at the next flush."""
         starts = scan_records(body)
         self.body_bytes += len(body)
+        low = max(low, self.start)
         if starts is not None:
             self._pulls.append(body)
             self._starts.append(starts)
+            self._lows.append(low)
             self.rows += len(starts)
             return
         # A record the bulk decoder does not take: decode this pull alone, keeping offset order.
         self._decode_pulls()
         columns = from_message_columns(decode_columns(body))
         self.rows += len(columns)
-        self._chunks.append(self._trim(columns))
+        self._chunks.append(self._trim(columns, np.full(len(columns), low)))
 
     def _decode_pulls(self) -> None:
         if self._pulls:
-            self._chunks.append(self._trim(decode_bulk(self._pulls, self._starts)))
+            lows = np.repeat(np.array(self._lows, np.int64), [len(s) for s in self._starts])
+            self._chunks.append(self._trim(decode_bulk(self._pulls, self._starts), lows))
             self._pulls = []
             self._starts = []
+            self._lows = []
 
-    def _trim(self, columns: ArrowColumns) -> ArrowColumns:
+    def _trim(self, columns: ArrowColumns, lows: np.ndarray) -> ArrowColumns:
         offsets = columns.queue_offset.to_numpy()
-        keep = (offsets >= self.start) & (offsets < self.end)
+        keep = (offsets >= lows) & (offsets < self.end)
         if self._tags is not None:
             keep &= pc.fill_null(pc.is_in(columns.tags, value_set=self._tags), False).to_numpy(
                 zero_copy_only=False)

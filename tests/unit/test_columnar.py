@@ -195,9 +195,9 @@ def pull(offsets: range, tag: str = "TagA", **fields: Any) -> bytes:
 
 def test_builder_trims_to_the_range_and_keeps_order_across_both_decoders() -> None:
     builder = BatchBuilder("shown-topic", "broker-a", 3, start=5, end=14, tags=None)
-    builder.add_pull(pull(range(3, 8)))  # starts below the range (an inner batch returned whole)
-    builder.add_pull(pull(range(8, 10), magic=codes.MESSAGE_MAGIC_V2))  # per-record path
-    builder.add_pull(pull(range(10, 16)))  # runs past the end
+    builder.add_pull(pull(range(3, 8)), 5)  # starts below the range (an inner batch returned whole)
+    builder.add_pull(pull(range(8, 10), magic=codes.MESSAGE_MAGIC_V2), 8)  # per-record path
+    builder.add_pull(pull(range(10, 16)), 10)  # runs past the end
     assert builder.rows == 13
     batch = builder.flush()
     assert batch is not None and batch.schema == ARROW_SCHEMA
@@ -214,8 +214,8 @@ def test_builder_trims_to_the_range_and_keeps_order_across_both_decoders() -> No
 def test_builder_keeps_exact_tags_only() -> None:
     # "Aa" and "BB" have the same Java hash: the broker lets both through.
     builder = BatchBuilder("t", "b", 0, start=0, end=100, tags=frozenset({"Aa"}))
-    builder.add_pull(pull(range(0, 2), tag="Aa") + pull(range(2, 4), tag="BB"))
-    builder.add_pull(record(queue_offset=4, properties=b""))  # no tag at all
+    builder.add_pull(pull(range(0, 2), tag="Aa") + pull(range(2, 4), tag="BB"), 0)
+    builder.add_pull(record(queue_offset=4, properties=b""), 4)  # no tag at all
     batch = builder.flush()
     assert batch is not None
     assert batch.column("queueOffset").to_pylist() == [0, 1]
@@ -224,14 +224,14 @@ def test_builder_keeps_exact_tags_only() -> None:
 
 def test_builder_with_nothing_kept_gives_no_batch() -> None:
     builder = BatchBuilder("t", "b", 0, start=10, end=20, tags=None)
-    builder.add_pull(pull(range(0, 5)))
+    builder.add_pull(pull(range(0, 5)), 0)
     assert builder.flush() is None
 
 
 def test_builder_counts_body_bytes_for_its_bound() -> None:
     builder = BatchBuilder("t", "b", 0, start=0, end=10, tags=None)
     data = pull(range(0, 3))
-    builder.add_pull(data)
+    builder.add_pull(data, 0)
     assert builder.body_bytes == len(data)
 
 

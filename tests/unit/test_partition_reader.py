@@ -1,0 +1,187 @@
+"""The executor's range reader against an in-memory queue: every offset of the range exactly once,
+in order, whatever the pulls in flight, short answers, filters and inner batches do.
+
+The acceptance tests run the same reader against the real broker (tests/integration); this one
+drives the answers a broker can give but rarely does on demand.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from rocketmq_spark import codes
+from rocketmq_spark import partition_reader as reader
+from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, ClientConfig, PullResult, PullStatus
+from rocketmq_spark.errors import DataLossError
+from rocketmq_spark.message import SUBSCRIBE_ALL, parse_tag_expression
+from rocketmq_spark.partition_reader import RocketMQPartition, read_partition
+from rocketmq_spark.route import MessageQueue
+from tests.unit.test_message import inner_message, properties_block, record
+
+QUEUE = MessageQueue("orders", "broker-a", 2)
+
+
+class FakeQueue:
+    """One queue as a broker serves it: offsets [min_offset, max_offset), a tag per offset, at
+    most ``cap`` messages an answer (the broker's byte and count limits), answers in random order
+    of completion, and optionally one inner-batch record covering ``batch`` returned whole."""
+
+    def __init__(self, max_offset: int, *, min_offset: int = 0, cap: int = 1000,
+                 tags: dict[int, str] | None = None, batch: range | None = None, scan_limit: int = 20) -> None:
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.cap = cap
+        self.tags = tags or {}
+        self.batch = batch
+        self.scan_limit = scan_limit
+        self.pulls: list[tuple[int, int]] = []
+        self.active = 0
+        self.most_active = 0
+        self.lock = threading.Lock()
+
+    def tag(self, offset: int) -> str:
+        return self.tags.get(offset, "TagA")
+
+    def encode(self, offset: int) -> bytes:
+        if self.batch is not None and offset == self.batch.start:
+            inner = b"".join(
+                inner_message(0, f"m{o}".encode(), properties_block({"TAGS": self.tag(o)})) for o in self.batch
+            )
+            return record(queue_offset=offset, body=inner,
+                          sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP)
+        return record(queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)}))
+
+    def pull(self, address: str, queue: MessageQueue, offset: int, *, group: str, max_messages: int,
+             subscription: str, expression_type: str, suspend_timeout_ms: int = 0) -> PullResult:
+        with self.lock:
+            self.pulls.append((offset, max_messages))
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        time.sleep(random.random() / 1000)
+        with self.lock:
+            self.active -= 1
+        if offset < self.min_offset or offset > self.max_offset:
+            corrected = self.min_offset if offset < self.min_offset else self.max_offset
+            return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"", 0)
+        if offset == self.max_offset:
+            return PullResult(PullStatus.NO_NEW_MSG, offset, self.min_offset, self.max_offset, b"", 0)
+        wanted = parse_tag_expression(subscription) if expression_type == EXPRESSION_TAG else None
+        records: list[bytes] = []
+        found = 0
+        at = offset
+        if self.batch is not None and self.batch.start < offset < self.batch.stop:
+            at = self.batch.start  # a batch record is only served whole
+        scanned = 0
+        while at < self.max_offset and found < min(max_messages, self.cap) and scanned < self.scan_limit:
+            span = self.batch if self.batch is not None and at == self.batch.start else range(at, at + 1)
+            if wanted is None or any(self.tag(o) in wanted for o in span):
+                records.append(self.encode(at))
+                found += len(span)
+            scanned += len(span)
+            at = span.stop
+        status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records), 0)
+
+    def max_offset_of(self, *_: Any) -> int:
+        return self.max_offset
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> list[FakeQueue]:
+    """Install a fake queue as every partition's client."""
+    holder: list[FakeQueue] = []
+
+    class Client:
+        def pull(self, *args: Any, **kwargs: Any) -> PullResult:
+            return holder[0].pull(*args, **kwargs)
+
+        def max_offset(self, *args: Any) -> int:
+            return holder[0].max_offset
+
+    monkeypatch.setattr(reader, "shared_client", lambda config: Client())
+    monkeypatch.setattr(reader, "MISSING_DATA_WAIT_S", 0.05)
+    return holder
+
+
+def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
+              pull_batch_size: int = 32, fail_on_data_loss: bool = True) -> RocketMQPartition:
+    return RocketMQPartition(
+        queue=QUEUE, start=start, end=end, address="127.0.0.1:1", display_topic="orders",
+        client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
+        expression_type=expression_type,
+        tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
+        pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss,
+    )
+
+
+def offsets(part: RocketMQPartition) -> list[int]:
+    batches = list(read_partition(part))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    return [o for b in batches for o in b.column("queueOffset").to_pylist()]
+
+
+@pytest.mark.parametrize("cap", [1, 7, 32, 1000])
+@pytest.mark.parametrize("pull_batch_size", [1, 5, 32])
+def test_every_offset_once_in_order_with_pulls_in_flight(broker: list[FakeQueue], cap: int,
+                                                          pull_batch_size: int) -> None:
+    broker.append(FakeQueue(500, cap=cap))
+    assert offsets(partition(17, 403, pull_batch_size=pull_batch_size)) == list(range(17, 403))
+    # Short answers were re-asked from where they stopped, and nothing was asked past the end.
+    assert all(offset + count <= 403 for offset, count in broker[0].pulls)
+
+
+def test_unfiltered_reads_keep_several_pulls_in_flight(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(10_000, scan_limit=10_000)
+    broker.append(queue)
+    assert offsets(partition(0, 3200, pull_batch_size=32)) == list(range(3200))
+    assert sorted(offset for offset, _ in queue.pulls) == list(range(0, 3200, 32))  # none twice
+    assert queue.most_active == reader.PULLS_IN_FLIGHT
+
+
+def test_an_inner_batch_across_spans_is_not_repeated(broker: list[FakeQueue]) -> None:
+    broker.append(FakeQueue(100, batch=range(30, 45)))
+    assert offsets(partition(0, 100, pull_batch_size=8)) == list(range(100))
+    assert offsets(partition(33, 70, pull_batch_size=8)) == list(range(33, 70))
+
+
+@pytest.mark.parametrize("expression", ["TagB", "TagA || TagB"])
+def test_a_tag_filter_pulls_one_at_a_time_from_where_the_broker_says(broker: list[FakeQueue],
+                                                                      expression: str) -> None:
+    tags = {o: "TagB" for o in range(0, 400, 7)}
+    queue = FakeQueue(400, tags=tags, scan_limit=25)
+    broker.append(queue)
+    wanted = parse_tag_expression(expression)
+    assert wanted is not None
+    expected = [o for o in range(10, 390) if queue.tag(o) in wanted]
+    assert offsets(partition(10, 390, expression=expression)) == expected
+    assert queue.most_active == 1
+
+
+def test_sql_filter_is_not_pulled_ahead(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(200)
+    broker.append(queue)
+    part = partition(0, 200, expression="a > 1", expression_type=EXPRESSION_SQL92)
+    assert not part.reads_every_message
+    assert offsets(part) == list(range(200))
+
+
+def test_expired_offsets_fail_the_read_by_default(broker: list[FakeQueue]) -> None:
+    broker.append(FakeQueue(300, min_offset=100))
+    with pytest.raises(DataLossError, match="deleted or expired"):
+        offsets(partition(0, 300))
+
+
+def test_expired_offsets_are_skipped_when_allowed(broker: list[FakeQueue]) -> None:
+    broker.append(FakeQueue(300, min_offset=100))
+    assert offsets(partition(0, 300, fail_on_data_loss=False)) == list(range(100, 300))
+
+
+def test_offsets_the_broker_no_longer_has_are_lost_after_a_wait(broker: list[FakeQueue]) -> None:
+    broker.append(FakeQueue(150))
+    assert offsets(partition(100, 200, fail_on_data_loss=False)) == list(range(100, 150))
