@@ -1,6 +1,7 @@
-# Every target sets itself up from scratch: a virtualenv, the package with its test extra, and
-# the RocketMQ jars from Maven Central. RocketMQ is started and stopped by the tests themselves
-# (tests/conftest.py); `make test` also stops any cluster a failed run left recorded.
+# Every target sets itself up from scratch: a virtualenv, the package with its test and bench
+# extras (pytest, hypothesis, py-spy), and the RocketMQ jars from Maven Central. RocketMQ is
+# started and stopped by the tests themselves (tests/conftest.py); `make test` also stops any
+# cluster a failed run left recorded.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ BENCH_ARGS ?=
 $(INSTALLED): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	touch $(INSTALLED)
 
 integration/target/classpath.txt: $(INSTALLED) integration/pom.xml $(shell find integration/tool -name '*.java')

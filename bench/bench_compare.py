@@ -22,7 +22,7 @@ bench/results/latest.json. See docs/performance.md.
     python bench/bench_compare.py [--messages N] [--repeats R] [--rate MSG_PER_S]
                                   [--latency-seconds S] [--pull-batch-size N]
                                   [--namesrv-port P] [--broker-ports P1,P2]
-                                  [--topic T --skip-produce]
+                                  [--topic T --skip-produce] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -662,6 +662,8 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-produce", action="store_true",
                         help="keep the stores of an earlier run and reuse --topic as it is")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="after the repeats, profile one more run of b and of c with py-spy into DIR")
     args = parser.parse_args(argv)
     args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
     if len(args.broker_ports) != 2:
@@ -757,6 +759,9 @@ def main(argv: Iterable[str] | None = None) -> int:
                                                                          checkpoints / f"d{repeat}"))
             log(f"run {repeat}: d. AvailableNow -> noop {rate:,.0f} msg/s")
 
+        if args.profile is not None:
+            profile(args.profile, pool, spark, namesrv, topic, pbs)
+
         pool.close()
         pool.join()
         pool = None
@@ -793,6 +798,22 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 0
     finally:
         _shutdown(pool, spark, cluster)
+
+
+def profile(out_dir: Path, pool: Any, spark: Any, namesrv: str, topic: str, pbs: int) -> None:
+    """One more run of b and of c under py-spy; see bench_profiling.py."""
+    from bench_profiling import Profiler
+
+    with Profiler(out_dir, "b", [worker.pid for worker in pool._pool], follow_children=False) as profiler:
+        run_client(pool, namesrv, topic, pbs)
+    log("profile of b:\n" + profiler.summary())
+    table = _proc_table()
+    daemons = [pid for pid in _descendants(table, os.getpid())
+               if b"pyspark.daemon" in (_read(f"/proc/{pid}/cmdline") or b"")]
+    with Profiler(out_dir, "c", daemons, follow_children=True) as profiler:
+        run_spark_batch(spark, namesrv, topic, pbs)
+    log("profile of c:\n" + profiler.summary())
+    log(f"profiles in {out_dir}")
 
 
 def _check(rows: int, expected: int, what: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from rocketmq_spark import codes
 from rocketmq_spark.codec import RemotingCommand
-from rocketmq_spark.connection import Connection, ConnectionPool
+from rocketmq_spark.connection import Connection, ConnectionPool, Reply
 from rocketmq_spark.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
 from rocketmq_spark.message import SUBSCRIBE_ALL
 from rocketmq_spark.route import MessageQueue, TopicRoute, parse_live_brokers, parse_route
@@ -63,6 +63,45 @@ class PullResult:
     max_offset: int
     body: bytes  # raw message records, decoded by rocketmq_spark.message
     suggest_which_broker_id: int
+
+
+def _accepted(response: RemotingCommand, code: int, address: str, accept: Sequence[int]) -> RemotingCommand:
+    """The response, if its code is one the caller handles; else the error it stands for."""
+    if response.code not in accept:
+        raise error_for_response(response.code, response.remark, request_code=code, address=address)
+    return response
+
+
+def _int_field(response: RemotingCommand, name: str) -> int:
+    value = response.ext_fields.get(name)
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(
+            f"response {response.code} lacks a numeric '{name}' field: {response.ext_fields}"
+        ) from err
+
+
+class PendingPull:
+    """A pull on the wire; ``result()`` waits for the broker's answer."""
+
+    __slots__ = ("_reply", "_address")
+
+    def __init__(self, reply: Reply, address: str) -> None:
+        self._reply = reply
+        self._address = address
+
+    def result(self) -> PullResult:
+        response = _accepted(self._reply.result(), codes.PULL_MESSAGE, self._address,
+                                            tuple(_PULL_STATUS_BY_CODE))
+        return PullResult(
+            status=_PULL_STATUS_BY_CODE[response.code],
+            next_begin_offset=_int_field(response, "nextBeginOffset"),
+            min_offset=_int_field(response, "minOffset"),
+            max_offset=_int_field(response, "maxOffset"),
+            body=response.body,
+            suggest_which_broker_id=int(response.ext_fields.get("suggestWhichBrokerId", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -130,13 +169,24 @@ class RocketMQClient:
         timeout: float | None = None,
     ) -> RemotingCommand:
         """Send one request (signed when credentials are set) and return the raw response."""
+        return self.submit(address, code, fields, body, timeout).result()
+
+    def submit(
+        self,
+        address: str,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> Reply:
+        """Send one request (signed when credentials are set) without waiting for the response."""
         command = RemotingCommand.request(code, fields, body)
         creds = self.config.credentials
         if creds is not None:
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
-        return self._pool.request(address, command, self.config.request_timeout if timeout is None else timeout)
+        return self._pool.submit(address, command, self.config.request_timeout if timeout is None else timeout)
 
     def _call(
         self,
@@ -148,20 +198,7 @@ class RocketMQClient:
         body: bytes = b"",
         timeout: float | None = None,
     ) -> RemotingCommand:
-        response = self.invoke(address, code, fields, body, timeout)
-        if response.code not in accept:
-            raise error_for_response(response.code, response.remark, request_code=code, address=address)
-        return response
-
-    @staticmethod
-    def _int_field(response: RemotingCommand, name: str) -> int:
-        value = response.ext_fields.get(name)
-        try:
-            return int(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as err:
-            raise ProtocolError(
-                f"response {response.code} lacks a numeric '{name}' field: {response.ext_fields}"
-            ) from err
+        return _accepted(self.invoke(address, code, fields, body, timeout), code, address, accept)
 
     # -------------------------------------------------------------- name server
 
@@ -216,6 +253,25 @@ class RocketMQClient:
         suspend_timeout_ms: int = 0,
     ) -> PullResult:
         """Pull up to ``max_messages`` from ``offset``; long-polls when ``suspend_timeout_ms`` > 0."""
+        return self.pull_async(
+            address, queue, offset, group=group, max_messages=max_messages, subscription=subscription,
+            expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms,
+        ).result()
+
+    def pull_async(
+        self,
+        address: str,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        group: str,
+        max_messages: int,
+        subscription: str = SUBSCRIBE_ALL,
+        expression_type: str = EXPRESSION_TAG,
+        suspend_timeout_ms: int = 0,
+    ) -> PendingPull:
+        """Send a pull like :meth:`pull` and return at once; many can be in flight on one
+        connection, each answered in turn by ``result()``."""
         sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
         fields = {
             "consumerGroup": group,
@@ -232,16 +288,7 @@ class RocketMQClient:
             "bname": queue.broker_name,
         }
         timeout = self.config.request_timeout + suspend_timeout_ms / 1000
-        response = self._call(address, codes.PULL_MESSAGE, fields, accept=tuple(_PULL_STATUS_BY_CODE),
-                              timeout=timeout)
-        return PullResult(
-            status=_PULL_STATUS_BY_CODE[response.code],
-            next_begin_offset=self._int_field(response, "nextBeginOffset"),
-            min_offset=self._int_field(response, "minOffset"),
-            max_offset=self._int_field(response, "maxOffset"),
-            body=response.body,
-            suggest_which_broker_id=int(response.ext_fields.get("suggestWhichBrokerId", 0)),
-        )
+        return PendingPull(self.submit(address, codes.PULL_MESSAGE, fields, timeout=timeout), address)
 
     def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
         """The group's stored offset on the queue (the next to read), or None if nothing is stored.
@@ -259,7 +306,7 @@ class RocketMQClient:
                               accept=(codes.SUCCESS, codes.QUERY_NOT_FOUND))
         if response.code == codes.QUERY_NOT_FOUND:
             return None
-        return self._int_field(response, "offset")
+        return _int_field(response, "offset")
 
     def update_consumer_offset(self, address: str, queue: MessageQueue, group: str, offset: int) -> None:
         """Store ``offset`` (the next offset to read) for the group on the queue."""
@@ -271,12 +318,12 @@ class RocketMQClient:
 
     def min_offset(self, address: str, queue: MessageQueue) -> int:
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return self._int_field(self._call(address, codes.GET_MIN_OFFSET, fields), "offset")
+        return _int_field(self._call(address, codes.GET_MIN_OFFSET, fields), "offset")
 
     def max_offset(self, address: str, queue: MessageQueue) -> int:
         """The offset the next message will get (one past the last stored)."""
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "committed": True, "bname": queue.broker_name}
-        return self._int_field(self._call(address, codes.GET_MAX_OFFSET, fields), "offset")
+        return _int_field(self._call(address, codes.GET_MAX_OFFSET, fields), "offset")
 
     def search_offset(
         self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
@@ -286,11 +333,11 @@ class RocketMQClient:
             "topic": queue.topic, "queueId": queue.queue_id, "timestamp": timestamp_ms,
             "boundaryType": boundary.value, "bname": queue.broker_name,
         }
-        return self._int_field(self._call(address, codes.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
+        return _int_field(self._call(address, codes.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
 
     def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return self._int_field(self._call(address, codes.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
+        return _int_field(self._call(address, codes.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
 
     def create_topic(
         self, address: str, topic: str, queues: int, perm: int = PERM_READ_WRITE, broker_name: str | None = None

@@ -87,6 +87,10 @@ class RemotingCommand:
 # --------------------------------------------------------------------------
 
 
+# One encoder for every header: json.dumps with options builds a new one per call.
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     header: dict[str, Any] = {
         "code": cmd.code,
@@ -99,7 +103,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["extFields"] = cmd.ext_fields
     header["serializeTypeCurrentRPC"] = _SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON_ENCODER.encode(header).encode("utf-8")
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:

@@ -15,6 +15,7 @@ import itertools
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 
 from rocketmq_spark import codes
@@ -36,15 +37,35 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Pending:
-    """A request waiting for its response (or for the connection's failure)."""
+class Pending:
+    """A request on the wire, waiting for its response (or for the connection's failure).
 
-    __slots__ = ("done", "response", "error")
+    ``done`` is a bare lock held from creation until the answer is in: cheaper to make and to
+    hand over than a ``threading.Event``, and there is one per request.
+    """
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
+    __slots__ = ("done", "response", "error", "opaque", "code", "timeout", "deadline")
+
+    def __init__(self, opaque: int, code: int, timeout: float) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
         self.response: RemotingCommand | None = None
         self.error: RocketMQError | None = None
+        self.opaque = opaque
+        self.code = code
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
+    def settle(self, response: RemotingCommand | None, error: RocketMQError | None) -> None:
+        """Called once, by whoever removed it from the connection's table."""
+        self.response = response
+        self.error = error
+        self.done.release()
+
+    def settled(self, timeout: float) -> bool:
+        if self.response is not None or self.error is not None:
+            return True
+        return self.done.acquire(timeout=timeout)
 
 
 class Connection:
@@ -73,7 +94,7 @@ class Connection:
         self._frames = FrameReader(max_frame_length)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._opaque = itertools.count(1)
         self._failure: RocketMQError | None = None
         self._reader = threading.Thread(target=self._read_loop, name=f"rocketmq-reader-{address}", daemon=True)
@@ -85,10 +106,14 @@ class Connection:
 
     def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait up to ``timeout`` seconds for its response."""
+        return self.wait(self.submit(command, timeout))
+
+    def submit(self, command: RemotingCommand, timeout: float) -> Pending:
+        """Send a request without waiting; :meth:`wait` gets its response. Many may be in flight."""
         opaque = next(self._opaque) % _OPAQUE_LIMIT
         command.opaque = opaque
         frame = encode_frame(command)
-        pending = _Pending()
+        pending = Pending(opaque, command.code, timeout)
         with self._state_lock:
             if self._failure is not None:
                 raise self._failure
@@ -98,11 +123,15 @@ class Connection:
                 self._sock.sendall(frame)
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}"))
-        if not pending.done.wait(timeout):
+        return pending
+
+    def wait(self, pending: Pending) -> RemotingCommand:
+        """The response to a submitted request, waiting until its deadline at most."""
+        if not pending.settled(max(0.0, pending.deadline - time.monotonic())):
             with self._state_lock:
-                self._pending.pop(opaque, None)
+                self._pending.pop(pending.opaque, None)
             raise RequestTimeoutError(
-                f"no answer from {self.address} within {timeout:.1f}s to request code {command.code}"
+                f"no answer from {self.address} within {pending.timeout:.1f}s to request code {pending.code}"
             )
         if pending.error is not None:
             raise pending.error
@@ -116,12 +145,16 @@ class Connection:
             self._reader.join()
 
     def _read_loop(self) -> None:
+        # One receive buffer for the connection's life: a fresh bytes object per recv of this
+        # size would be a fresh large allocation, and its mapping, every time.
+        buffer = bytearray(RECEIVE_CHUNK_BYTES)
+        view = memoryview(buffer)
         try:
             while True:
-                data = self._sock.recv(RECEIVE_CHUNK_BYTES)
-                if not data:
+                received = self._sock.recv_into(buffer)
+                if not received:
                     raise ConnectionFailedError(f"{self.address} closed the connection")
-                for command in self._frames.feed(data):
+                for command in self._frames.feed(view[:received]):
                     self._dispatch(command)
         except RocketMQError as err:
             self._fail(err)
@@ -134,8 +167,7 @@ class Connection:
         with self._state_lock:
             pending = self._pending.pop(command.opaque, None)
         if pending is not None:  # None: the caller already gave up on it
-            pending.response = command
-            pending.done.set()
+            pending.settle(command, None)
 
     def _fail(self, error: RocketMQError) -> None:
         with self._state_lock:
@@ -150,11 +182,32 @@ class Connection:
             pass
         self._sock.close()
         for pending in waiting:
-            pending.error = error
-            pending.done.set()
+            pending.settle(None, error)
 
 
 ConnectionFactory = Callable[[str], Connection]
+
+
+class Reply:
+    """The response to come for a request sent through a :class:`ConnectionPool`."""
+
+    __slots__ = ("_conn", "_pending")
+
+    def __init__(self, conn: Connection, pending: Pending) -> None:
+        self._conn = conn
+        self._pending = pending
+
+    def result(self) -> RemotingCommand:
+        """Wait for the response. A connection that hit a protocol error or is told to go away is
+        dropped, so the pool's next request reconnects."""
+        try:
+            response = self._conn.wait(self._pending)
+        except ProtocolError:
+            self._conn.close()
+            raise
+        if response.code == codes.GO_AWAY:
+            self._conn.close()
+        return response
 
 
 class ConnectionPool:
@@ -182,16 +235,13 @@ class ConnectionPool:
         return winner
 
     def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send on the address's connection; a connection that fails or hits a protocol error is dropped."""
+        """Send on the address's connection and wait for the response."""
+        return self.submit(address, command, timeout).result()
+
+    def submit(self, address: str, command: RemotingCommand, timeout: float) -> Reply:
+        """Send on the address's connection without waiting for the response."""
         conn = self.get(address)
-        try:
-            response = conn.request(command, timeout)
-        except ProtocolError:
-            conn.close()
-            raise
-        if response.code == codes.GO_AWAY:
-            conn.close()  # the server is shutting this channel down; the next request reconnects
-        return response
+        return Reply(conn, conn.submit(command, timeout))
 
     def close(self) -> None:
         with self._lock:

@@ -15,13 +15,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from rocketmq_spark.client import EXPRESSION_TAG, ClientConfig, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.client import EXPRESSION_TAG, ClientConfig, PendingPull, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.errors import RocketMQError
 from rocketmq_spark.options import SourceOptions
 from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
 from rocketmq_spark.retry import with_retries
@@ -65,8 +65,6 @@ class RocketMQPartition(InputPartition):
 
 
 _clients: dict[ClientConfig, RocketMQClient] = {}
-# Pulls run here while the task's own thread decodes. A Python worker runs one task at a time.
-_pullers = ThreadPoolExecutor(max_workers=PULLS_IN_FLIGHT, thread_name_prefix="rocketmq-pull")
 _clients_lock = threading.Lock()
 
 
@@ -106,18 +104,18 @@ def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tu
     depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
     accepted = part.start  # messages below this were handed out, or reported lost
     requested = part.start  # where the next new span starts
-    in_flight: deque[tuple[int, int, Future[PullResult]]] = deque()
+    in_flight: deque[tuple[int, int, _InFlight]] = deque()
 
-    def send(start: int, stop: int) -> tuple[int, int, Future[PullResult]]:
-        return start, stop, _pullers.submit(_pull, client, part, start, stop - start)
+    def send(start: int, stop: int) -> tuple[int, int, _InFlight]:
+        return start, stop, _InFlight(client, part, start, stop - start)
 
     while accepted < part.end:
         while len(in_flight) < depth and requested < part.end:
             stop = min(requested + part.pull_batch_size, part.end)
             in_flight.append(send(requested, stop))
             requested = stop
-        start, stop, future = in_flight.popleft()
-        result = future.result()
+        start, stop, pull = in_flight.popleft()
+        result = pull.result()
         status = result.status
         if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
             if status is PullStatus.FOUND:
@@ -135,6 +133,41 @@ def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tu
         # Start over from there; pulls still in flight are left to finish unread.
         in_flight.clear()
         accepted = requested = max(accepted, resume)
+
+
+class _InFlight:
+    """A pull sent without waiting (the connection matches answers to requests, so the task's
+    thread keeps several on the wire and decodes meanwhile). If it fails in a way a retry can
+    fix, ``result()`` pulls the same span again under the usual retry policy."""
+
+    __slots__ = ("client", "part", "offset", "count", "pending", "error")
+
+    def __init__(self, client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> None:
+        self.client = client
+        self.part = part
+        self.offset = offset
+        self.count = count
+        self.pending: PendingPull | None = None
+        self.error: RocketMQError | None = None
+        try:
+            self.pending = client.pull_async(
+                part.address, part.queue, offset, group=part.group, max_messages=count,
+                subscription=part.sub_expression, expression_type=part.expression_type,
+            )
+        except RocketMQError as err:
+            self.error = err
+
+    def result(self) -> PullResult:
+        try:
+            if self.pending is None:
+                assert self.error is not None
+                raise self.error
+            return self.pending.result()
+        except RocketMQError as err:
+            if not err.retriable:
+                raise
+            log.warning("pull of %s at %d failed (%s); pulling it again", self.part.queue, self.offset, err)
+        return _pull(self.client, self.part, self.offset, self.count)
 
 
 def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> PullResult:

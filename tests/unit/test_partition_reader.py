@@ -7,9 +7,6 @@ drives the answers a broker can give but rarely does on demand.
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +15,7 @@ import pytest
 from rocketmq_spark import codes
 from rocketmq_spark import partition_reader as reader
 from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, ClientConfig, PullResult, PullStatus
-from rocketmq_spark.errors import DataLossError
+from rocketmq_spark.errors import DataLossError, ProtocolError, RequestTimeoutError
 from rocketmq_spark.message import SUBSCRIBE_ALL, parse_tag_expression
 from rocketmq_spark.partition_reader import RocketMQPartition, read_partition
 from rocketmq_spark.route import MessageQueue
@@ -29,8 +26,8 @@ QUEUE = MessageQueue("orders", "broker-a", 2)
 
 class FakeQueue:
     """One queue as a broker serves it: offsets [min_offset, max_offset), a tag per offset, at
-    most ``cap`` messages an answer (the broker's byte and count limits), answers in random order
-    of completion, and optionally one inner-batch record covering ``batch`` returned whole."""
+    most ``cap`` messages an answer (the broker's byte and count limits), and optionally one
+    inner-batch record covering ``batch`` returned whole."""
 
     def __init__(self, max_offset: int, *, min_offset: int = 0, cap: int = 1000,
                  tags: dict[int, str] | None = None, batch: range | None = None, scan_limit: int = 20) -> None:
@@ -41,9 +38,10 @@ class FakeQueue:
         self.batch = batch
         self.scan_limit = scan_limit
         self.pulls: list[tuple[int, int]] = []
-        self.active = 0
+        self.active = 0  # pulls sent and not yet answered
+        self.failures: list[int] = []  # one entry per answer still to fail with ``failure``
+        self.failure: Exception = RequestTimeoutError("no answer in time")
         self.most_active = 0
-        self.lock = threading.Lock()
 
     def tag(self, offset: int) -> str:
         return self.tags.get(offset, "TagA")
@@ -57,15 +55,19 @@ class FakeQueue:
                           sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP)
         return record(queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)}))
 
-    def pull(self, address: str, queue: MessageQueue, offset: int, *, group: str, max_messages: int,
-             subscription: str, expression_type: str, suspend_timeout_ms: int = 0) -> PullResult:
-        with self.lock:
-            self.pulls.append((offset, max_messages))
-            self.active += 1
-            self.most_active = max(self.most_active, self.active)
-        time.sleep(random.random() / 1000)
-        with self.lock:
-            self.active -= 1
+    def pull_async(self, address: str, queue: MessageQueue, offset: int, *, group: str, max_messages: int,
+                   subscription: str, expression_type: str, suspend_timeout_ms: int = 0) -> FakePending:
+        """Sent now, answered when the reader asks for the result."""
+        self.pulls.append((offset, max_messages))
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        return FakePending(self, offset, max_messages, subscription, expression_type)
+
+    def answer(self, offset: int, max_messages: int, subscription: str, expression_type: str) -> PullResult:
+        self.active -= 1
+        if self.failures:
+            self.failures.pop(0)  # the first pending failure hits this answer
+            raise self.failure
         if offset < self.min_offset or offset > self.max_offset:
             corrected = self.min_offset if offset < self.min_offset else self.max_offset
             return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"", 0)
@@ -88,8 +90,15 @@ class FakeQueue:
         status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
         return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records), 0)
 
-    def max_offset_of(self, *_: Any) -> int:
-        return self.max_offset
+
+
+class FakePending:
+    def __init__(self, queue: FakeQueue, *request: Any) -> None:
+        self.queue = queue
+        self.request = request
+
+    def result(self) -> PullResult:
+        return self.queue.answer(*self.request)
 
 
 @pytest.fixture
@@ -98,8 +107,11 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> list[FakeQueue]:
     holder: list[FakeQueue] = []
 
     class Client:
+        def pull_async(self, *args: Any, **kwargs: Any) -> FakePending:
+            return holder[0].pull_async(*args, **kwargs)
+
         def pull(self, *args: Any, **kwargs: Any) -> PullResult:
-            return holder[0].pull(*args, **kwargs)
+            return holder[0].pull_async(*args, **kwargs).result()
 
         def max_offset(self, *args: Any) -> int:
             return holder[0].max_offset
@@ -185,3 +197,21 @@ def test_expired_offsets_are_skipped_when_allowed(broker: list[FakeQueue]) -> No
 def test_offsets_the_broker_no_longer_has_are_lost_after_a_wait(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(150))
     assert offsets(partition(100, 200, fail_on_data_loss=False)) == list(range(100, 150))
+
+
+def test_a_pull_that_times_out_is_pulled_again(broker: list[FakeQueue], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rocketmq_spark.retry.RETRY_FIRST_BACKOFF_S", 0.01)
+    queue = FakeQueue(100)
+    queue.failures = [1, 1, 1]
+    broker.append(queue)
+    assert offsets(partition(0, 100, pull_batch_size=10)) == list(range(100))
+    assert not queue.failures
+
+
+def test_an_error_a_retry_cannot_fix_fails_the_read(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(100)
+    queue.failures = [1]
+    queue.failure = ProtocolError("broken frame")
+    broker.append(queue)
+    with pytest.raises(ProtocolError, match="broken frame"):
+        offsets(partition(0, 100))
