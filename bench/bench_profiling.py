@@ -4,8 +4,10 @@
 Spark's Python daemons (following the workers they fork) for one extra run of b and of c, then
 writes each profile as collapsed stacks (``<run>-<pid>.txt``, the input of flamegraph tools) and
 ``<run>-summary.txt``: the functions with the most samples, by own time and including callees.
-Samples are taken without pausing the process (``--nonblocking``), so the profile costs the
-reader little; every thread that runs Python is sampled, the pull threads too.
+Only the thread holding the GIL is sampled (``--gil``): the profile shows where Python code runs,
+not threads waiting on a socket or a lock. Work in C that releases the GIL (Arrow kernels, system
+calls) is not in it; the CPU table of bench_compare.py gives each process group's total. Samples
+are taken without pausing the process (``--nonblocking``), so the profile costs the reader little.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Profiler:
         for pid in self.pids:
             output = self.out_dir / f"{self.run}-{pid}.txt"
             command = [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--output", str(output),
-                       "--rate", str(SAMPLES_PER_S), "--nonblocking"]
+                       "--rate", str(SAMPLES_PER_S), "--nonblocking", "--gil"]
             if self.follow_children:
                 command.append("--subprocesses")
             self.recorders.append((output, subprocess.Popen(command, stdout=subprocess.DEVNULL,
@@ -109,7 +111,7 @@ def summarize(stacks: Counter[tuple[str, ...]], title: str) -> str:
             own[frames[-1]] += count
         for frame in set(frames):
             inclusive[frame] += count
-    lines = [title, f"{total} samples at {SAMPLES_PER_S}/s (all threads running Python)", ""]
+    lines = [title, f"{total} samples at {SAMPLES_PER_S}/s of the thread holding the GIL", ""]
     for heading, counter in (("own time", own), ("including callees", inclusive)):
         lines.append(f"top {TOP} by {heading}:")
         for frame, count in counter.most_common(TOP):

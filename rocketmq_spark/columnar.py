@@ -242,6 +242,7 @@ def _binary(data: bytes | pa.Buffer, buf: np.ndarray, start: np.ndarray, length:
     views = np.zeros((n, _VIEW_WORDS), np.int32)
     view_bytes = views.view(np.uint8)
     views[:, _VIEW_LENGTH] = length
+    views[:, _VIEW_BUFFER] = 0  # the one data buffer, ``data``
     views[:, _VIEW_OFFSET] = start
     prefix = slice(_VIEW_WORD_BYTES, _VIEW_WORD_BYTES + _VIEW_PREFIX)
     view_bytes[:, prefix] = np.take(buf, start[:, None] + np.arange(_VIEW_PREFIX), mode="clip")
