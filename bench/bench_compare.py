@@ -620,7 +620,7 @@ def render(report: dict[str, Any]) -> str:
         f"   storeTimestamp -> its rows collected    p50 {lat['to_rows_collected_ms']['p50']:>7,.0f} ms"
         f"   p99 {lat['to_rows_collected_ms']['p99']:>7,.0f} ms",
         "",
-        "ratios: " + "   ".join(f"{k} {v:.2f}" for k, v in report["ratios"].items()),
+        "ratios: " + "   ".join(f"{k} {v:.3f}" for k, v in report["ratios"].items()),
         "",
         f"{'peak memory of the Python processes':46}{'one (HWM)':>14}{'all (PSS)':>14}{'processes':>11}",
     ]
