@@ -1,0 +1,186 @@
+"""The connection and the pool against a scripted in-process server: answers matched to requests by
+opaque whatever their order, timeouts, a server that goes away, GO_AWAY, server-initiated requests.
+
+The integration tests run the same code against the real broker and proxy; this one makes the
+server misbehave on purpose.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from rocketmq_spark import codes
+from rocketmq_spark.codec import FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.connection import Connection, ConnectionPool
+from rocketmq_spark.errors import ConnectionFailedError, RequestTimeoutError
+
+# A handler sees each request and says what to send back: commands (answers, or requests of the
+# server's own), nothing (leave it unanswered), or CLOSE.
+CLOSE = object()
+Handler = Callable[[RemotingCommand, list[RemotingCommand]], object]
+
+
+def answer(request: RemotingCommand, code: int = codes.SUCCESS, **fields: str) -> RemotingCommand:
+    return RemotingCommand(code=code, opaque=request.opaque, flag=codes.FLAG_RESPONSE, ext_fields=dict(fields))
+
+
+class ScriptedServer:
+    """Accepts connections on loopback; each connection's requests go to ``handler`` in order."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.accepted = 0
+        self._threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _serve(self, conn: socket.socket) -> None:
+        frames = FrameReader()
+        held: list[RemotingCommand] = []  # requests seen on this connection, for handlers that batch
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                for request in frames.feed(data):
+                    outcome = self.handler(request, held)
+                    if outcome is CLOSE:
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                    for command in outcome or ():  # type: ignore[attr-defined]
+                        conn.sendall(encode_frame(command))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Handler], ScriptedServer]]:
+    servers: list[ScriptedServer] = []
+
+    def start(handler: Handler) -> ScriptedServer:
+        server = ScriptedServer(handler)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def connect(server: ScriptedServer) -> Connection:
+    return Connection(server.address, connect_timeout=2.0)
+
+
+def request(code: int = codes.GET_MAX_OFFSET, **fields: str) -> RemotingCommand:
+    return RemotingCommand.request(code, fields)
+
+
+def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Handler], ScriptedServer]) -> None:
+    def reverse_every_four(req: RemotingCommand, held: list[RemotingCommand]) -> list[RemotingCommand]:
+        held.append(req)
+        if len(held) < 4:
+            return []
+        answers = [answer(r, n=r.ext_fields["n"]) for r in reversed(held)]
+        held.clear()
+        return answers
+
+    conn = connect(serve(reverse_every_four))
+    pending = [conn.submit(request(n=str(i)), timeout=5.0) for i in range(8)]
+    assert [conn.wait(p).ext_fields["n"] for p in pending] == [str(i) for i in range(8)]
+    conn.close()
+
+
+def test_an_unanswered_request_times_out_and_the_connection_stays_usable(
+        serve: Callable[[Handler], ScriptedServer]) -> None:
+    conn = connect(serve(lambda req, _: [] if req.ext_fields.get("ignore") else [answer(req)]))
+    with pytest.raises(RequestTimeoutError, match="within 0.2s") as failure:
+        conn.request(request(ignore="yes"), timeout=0.2)
+    assert failure.value.retriable
+    assert conn.request(request(), timeout=5.0).code == codes.SUCCESS
+    conn.close()
+
+
+def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Handler], ScriptedServer]) -> None:
+    def close_on_third(req: RemotingCommand, held: list[RemotingCommand]) -> object:
+        held.append(req)
+        return CLOSE if len(held) == 3 else []
+
+    conn = connect(serve(close_on_third))
+    pending = [conn.submit(request(), timeout=5.0) for _ in range(3)]
+    for p in pending:
+        with pytest.raises(ConnectionFailedError) as failure:
+            conn.wait(p)
+        assert failure.value.retriable
+    assert conn.closed
+    with pytest.raises(ConnectionFailedError):
+        conn.submit(request(), timeout=5.0)
+
+
+def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[Handler], ScriptedServer]) -> None:
+    def script(req: RemotingCommand, _: list[RemotingCommand]) -> object:
+        action = req.ext_fields.get("action")
+        if action == "close":
+            return CLOSE
+        if action == "go-away":
+            return [answer(req, code=codes.GO_AWAY)]
+        return [answer(req)]
+
+    server = serve(script)
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0))
+    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
+    with pytest.raises(ConnectionFailedError):
+        pool.request(server.address, request(action="close"), 5.0)
+    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
+    assert pool.request(server.address, request(action="go-away"), 5.0).code == codes.GO_AWAY
+    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
+    assert server.accepted == 3  # first, after the close, after GO_AWAY
+    pool.close()
+
+
+def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], ScriptedServer]) -> None:
+    def notify_then_answer(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
+        # Same opaque as the request, but a request: it must not be taken for the answer.
+        notify = RemotingCommand(code=codes.NOTIFY_CONSUMER_IDS_CHANGED, opaque=req.opaque)
+        return [notify, answer(req, n="the answer")]
+
+    conn = connect(serve(notify_then_answer))
+    assert conn.request(request(), timeout=5.0).ext_fields == {"n": "the answer"}
+    conn.close()
+
+
+def test_many_threads_share_one_connection(serve: Callable[[Handler], ScriptedServer]) -> None:
+    conn = connect(serve(lambda req, _: [answer(req, n=req.ext_fields["n"])]))
+    results: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        for j in range(50):
+            assert conn.request(request(n=f"{i}-{j}"), timeout=5.0).ext_fields["n"] == f"{i}-{j}"
+        results[i] = "done"
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 8
+    conn.close()
