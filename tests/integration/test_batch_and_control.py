@@ -229,3 +229,30 @@ def test_splits_inside_inner_batch_records(spark: Any, rocketmq: ClusterHandle, 
     rows = batch_read(spark, rocketmq, topic, maxMessagesPerPartition="7").collect()
     assert sorted(r.queueOffset for r in rows) == list(range(60))
     assert sorted(r.keys for r in rows) == sorted(f"inner-{i}" for i in range(60))
+
+
+# --------------------------------------------------------------------------- pulls in flight
+
+
+def test_pulls_in_flight_read_every_message_once(spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
+    """A task keeps several pulls on the wire. Spans smaller than what the broker returns, larger
+    (the broker answers at most 32: each answer is short and the rest of its span is pulled next),
+    and, on a BatchCQ topic, spans that start inside a batch record the broker returns whole."""
+    topic = unique("inflight")
+    create_topic(rocketmq, topic, queues=2)
+    sent = produce(rocketmq, topic, 3000, "--keys", "f-{i}", "--batch", "100")
+    for size in ("7", "100"):
+        rows = batch_read(spark, rocketmq, topic, pullBatchSize=size).collect()
+        assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in sent), size
+        per_queue: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for r in rows:
+            per_queue[(r.brokerName, r.queueId)].append(r.queueOffset)
+        assert all(sorted(o) == list(range(len(o))) for o in per_queue.values()), size
+
+    batch_topic = unique("inflight-batchcq")
+    rocketmq.tool("create-topic", "--topic", batch_topic, "--queues", "1", "--brokers", "broker-a",
+                  "--attr", "+queue.type=BatchCQ")
+    produce(rocketmq, batch_topic, 200, "--batch", "20", "--keys", "b-{i}", "--broker", "broker-a", "--queue", "0")
+    rows = batch_read(spark, rocketmq, batch_topic, pullBatchSize="3").collect()
+    assert sorted(r.queueOffset for r in rows) == list(range(200))
+    assert sorted(r.keys for r in rows) == sorted(f"b-{i}" for i in range(200))
