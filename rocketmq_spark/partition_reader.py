@@ -122,9 +122,13 @@ def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tu
                 yield result.body, accepted
             accepted = max(accepted, result.next_begin_offset, start + 1)
             if depth == 1:
-                requested = accepted
-            elif accepted < stop:  # a short answer: the rest of its span comes next
-                in_flight.appendleft(send(accepted, stop))
+                requested = accepted  # only the answer says where to go on
+            else:
+                if accepted < stop:  # a short answer: the rest of its span comes next
+                    in_flight.appendleft(send(accepted, stop))
+                # An answer can reach past every span sent (a batch record returned whole):
+                # new spans start after it.
+                requested = max(requested, accepted)
             continue
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = _offset_moved(part, start, result)

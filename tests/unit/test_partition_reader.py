@@ -215,3 +215,11 @@ def test_an_error_a_retry_cannot_fix_fails_the_read(broker: list[FakeQueue]) -> 
     broker.append(queue)
     with pytest.raises(ProtocolError, match="broken frame"):
         offsets(partition(0, 100))
+
+
+def test_spans_after_an_answer_that_covers_them_are_not_pulled(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(200, batch=range(0, 100))
+    broker.append(queue)
+    assert offsets(partition(0, 200, pull_batch_size=5)) == list(range(200))
+    sent = [offset for offset, _ in queue.pulls]
+    assert not [o for o in sent if 5 * reader.PULLS_IN_FLIGHT <= o < 100]  # nothing inside the batch
