@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -853,3 +854,34 @@ def test_threads_pulling_different_queues_over_one_client_all_get_their_own_data
         assert [m.msg_id for m in messages] == expected[(queue.broker_name, queue.queue_id)]
         assert {(m.topic, m.queue_id) for m in messages} == {(topic, queue.queue_id)}
         assert [m.queue_offset for m in messages] == list(range(len(messages)))
+
+
+# ------------------------------------------------------------------------------- TLS
+
+
+@pytest.mark.parametrize("through", ["brokers", "proxy"])
+def test_tls_reads_what_a_plain_connection_reads(
+    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str], through: str
+) -> None:
+    """Name servers, brokers and the proxy accept TLS and plain connections on the same port by
+    default (``tls.server.mode=permissive``, RocketMQ's built-in test certificate)."""
+    topic = unique("it-tls")
+    create_topic(rocketmq, topic, 1, (BROKER_A,))
+    produce(rocketmq, topic, 20, "--keys", "tls-{i}", broker=BROKER_A)
+    entry = rocketmq.namesrv_addr if through == "brokers" else rocketmq.proxy_addr
+    assert entry is not None
+    plain_route = client.topic_route(topic)
+    queue = plain_route.readable_queues()[0]
+    plain_address = plain_route.master_address(queue.broker_name)
+    assert plain_address is not None
+    expected, _ = pull_to_end(client, plain_address, queue, unique("it-g"))
+    with RocketMQClient(ClientConfig((entry,), tls=True)) as secure:
+        route = secure.topic_route(topic)
+        address = route.master_address(queue.broker_name)
+        assert address is not None
+        messages, _ = pull_to_end(secure, address, queue, unique("it-g"))
+        assert [m.keys for m in messages] == [f"tls-{i}" for i in range(20)]
+        assert [m.msg_id for m in messages] == [m.msg_id for m in expected]
+        for server in (entry, address):
+            negotiated = secure._pool.get(server)._sock
+            assert isinstance(negotiated, ssl.SSLSocket) and negotiated.version(), server
