@@ -29,10 +29,10 @@ from rocketmq_spark.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageColumns,
-    _decompress,
-    _host,
-    _parse_property_blocks,
     decode_columns,
+    decompress_body,
+    parse_property_blocks,
+    rendered_host,
 )
 
 TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
@@ -261,14 +261,14 @@ def _decompressed_bodies(data: bytes, start: np.ndarray, end: np.ndarray, sys_fl
     slices = list(map(data.__getitem__, map(slice, start.tolist(), end.tolist())))
     for i in np.flatnonzero(sys_flag & codes.MSG_FLAG_COMPRESSED).tolist():
         if slices[i]:
-            slices[i] = _decompress(slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]))
+            slices[i] = decompress_body(slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]))
     return pa.array(slices, pa.binary())
 
 
 def _hosts(raw: np.ndarray) -> pa.Array:
     """``ip:port`` per message; each distinct host rendered once."""
     distinct, index = np.unique(raw, return_inverse=True)
-    rendered = pa.array([_host(int(host))[0] for host in distinct.tolist()], pa.string())
+    rendered = pa.array([rendered_host(int(host))[0] for host in distinct.tolist()], pa.string())
     return rendered.take(pa.array(index.ravel(), _INT32))
 
 
@@ -346,7 +346,7 @@ def _properties(blocks: pa.BinaryArray) -> _Properties:
 
 
 def _lenient_properties(blocks: pa.BinaryArray) -> _Properties:
-    parsed = _parse_property_blocks(blocks.to_pylist())
+    parsed = parse_property_blocks(blocks.to_pylist())
     return _Properties(
         _map_array(parsed),
         {name: pa.array([p.get(name) for p in parsed], pa.string()) for name in _LOOKED_UP},

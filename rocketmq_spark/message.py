@@ -175,7 +175,9 @@ def _render_host(host: int | bytes) -> tuple[str, str]:
     return text, raw.hex().upper()
 
 
-def _host(host: int | bytes) -> tuple[str, str]:
+def rendered_host(host: int | bytes) -> tuple[str, str]:
+    """``_render_host`` of a raw host (an IPv4 host as the unsigned 64-bit int of its 8 bytes),
+    cached: the same few hosts store every message."""
     cached = _host_cache.get(host)
     if cached is None:
         if len(_host_cache) >= _CACHE_LIMIT:
@@ -223,7 +225,7 @@ _SEPARATOR_BYTES = (_NAME_VALUE_BYTE, _PROPERTY_BYTE, _BLOCK_JOINER)
 _NON_SEPARATOR_BYTES = bytes(byte for byte in range(256) if bytes([byte]) not in _SEPARATOR_BYTES)
 
 
-def _parse_property_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
+def parse_property_blocks(blocks: list[bytes]) -> list[dict[str, str]]:
     """Parse the property blocks of many messages in a few C-level passes.
 
     Java writes ``name\\x01value\\x02`` repeated. When every block has exactly
@@ -312,7 +314,7 @@ _DECOMPRESSORS: dict[int, tuple[str, Callable[[bytes], bytes]]] = {
 }
 
 
-def _decompress(body: bytes, sys_flag: int, queue_offset: int, position: int) -> bytes:
+def decompress_body(body: bytes, sys_flag: int, queue_offset: int, position: int) -> bytes:
     kind = (sys_flag & codes.MSG_COMPRESSION_TYPE_MASK) >> codes.MSG_COMPRESSION_TYPE_SHIFT
     entry = _DECOMPRESSORS.get(kind)
     if entry is None:
@@ -421,7 +423,7 @@ def _decode_records(data: bytes) -> tuple[list[_Row], list[bytes], list[str]]:
     unpack_ushort = _UINT16.unpack_from
     host_cache = _host_cache
     topic_cache = _topic_cache
-    host = _host
+    host = rendered_host
     topic_of = _topic
     magic_v1 = codes.MESSAGE_MAGIC_V1
     magic_v2 = codes.MESSAGE_MAGIC_V2
@@ -485,7 +487,7 @@ def _decode_records(data: bytes) -> tuple[list[_Row], list[bytes], list[str]]:
             if sys_flag & special_flags:
                 # Java leaves an empty body, and its flag, as they are.
                 if sys_flag & compressed and message_body:
-                    message_body = _decompress(message_body, sys_flag, queue_offset, pos)
+                    message_body = decompress_body(message_body, sys_flag, queue_offset, pos)
                     sys_flag &= ~compressed
                 if sys_flag & unwrap == unwrap:
                     outer = (
@@ -526,7 +528,7 @@ def decode_messages(body: bytes | bytearray | memoryview) -> list[Message]:
     position. Accepts any bytes-like object, e.g. ``bytes.fromhex(fixture)``.
     """
     rows, blocks, store_hexes = _decode_records(_as_bytes(body))
-    properties = _parse_property_blocks(blocks)
+    properties = parse_property_blocks(blocks)
     offset_msg_ids = _offset_msg_ids(rows, store_hexes)
     get = dict.get
     tails = zip(
@@ -546,7 +548,7 @@ def decode_columns(body: bytes | bytearray | memoryview) -> MessageColumns:
     what Arrow array builders take.
     """
     rows, blocks, store_hexes = _decode_records(_as_bytes(body))
-    properties = _parse_property_blocks(blocks)
+    properties = parse_property_blocks(blocks)
     offset_msg_ids = _offset_msg_ids(rows, store_hexes)
     get = dict.get
     columns = list(zip(*rows)) if rows else [()] * _ROW_SIZE
