@@ -220,15 +220,20 @@ def test_new_queues_and_several_topics(spark: Any, rocketmq: ClusterHandle, uniq
     assert {r.topic for r in rows} == {grow, other}
 
 
-def test_splits_inside_inner_batch_records(spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
-    """On a BatchCQ topic a batch send is one record; a split inside it must not repeat messages."""
-    topic = unique("batchcq")
+def read_batch_cq_topic(spark: Any, rocketmq: ClusterHandle, topic: str, count: int, **options: str) -> None:
+    """Send ``count`` messages in batch sends of 20 to a one-queue BatchCQ topic (each send is one
+    record the broker returns whole), read them back with ``options``: each exactly once."""
     rocketmq.tool("create-topic", "--topic", topic, "--queues", "1", "--brokers", "broker-a",
                   "--attr", "+queue.type=BatchCQ")
-    produce(rocketmq, topic, 60, "--batch", "20", "--keys", "inner-{i}", "--broker", "broker-a", "--queue", "0")
-    rows = batch_read(spark, rocketmq, topic, maxMessagesPerPartition="7").collect()
-    assert sorted(r.queueOffset for r in rows) == list(range(60))
-    assert sorted(r.keys for r in rows) == sorted(f"inner-{i}" for i in range(60))
+    produce(rocketmq, topic, count, "--batch", "20", "--keys", "inner-{i}", "--broker", "broker-a", "--queue", "0")
+    rows = batch_read(spark, rocketmq, topic, **options).collect()
+    assert sorted(r.queueOffset for r in rows) == list(range(count))
+    assert sorted(r.keys for r in rows) == sorted(f"inner-{i}" for i in range(count))
+
+
+def test_splits_inside_inner_batch_records(spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
+    """On a BatchCQ topic a batch send is one record; a split inside it must not repeat messages."""
+    read_batch_cq_topic(spark, rocketmq, unique("batchcq"), 60, maxMessagesPerPartition="7")
 
 
 # --------------------------------------------------------------------------- pulls in flight
@@ -249,10 +254,4 @@ def test_pulls_in_flight_read_every_message_once(spark: Any, rocketmq: ClusterHa
             per_queue[(r.brokerName, r.queueId)].append(r.queueOffset)
         assert all(sorted(o) == list(range(len(o))) for o in per_queue.values()), size
 
-    batch_topic = unique("inflight-batchcq")
-    rocketmq.tool("create-topic", "--topic", batch_topic, "--queues", "1", "--brokers", "broker-a",
-                  "--attr", "+queue.type=BatchCQ")
-    produce(rocketmq, batch_topic, 200, "--batch", "20", "--keys", "b-{i}", "--broker", "broker-a", "--queue", "0")
-    rows = batch_read(spark, rocketmq, batch_topic, pullBatchSize="3").collect()
-    assert sorted(r.queueOffset for r in rows) == list(range(200))
-    assert sorted(r.keys for r in rows) == sorted(f"b-{i}" for i in range(200))
+    read_batch_cq_topic(spark, rocketmq, unique("inflight-batchcq"), 200, pullBatchSize="3")
