@@ -146,11 +146,33 @@ class RocketMQClient:
         self._pool = ConnectionPool(
             lambda address: Connection(address, connect_timeout=config.request_timeout, tls_context=tls)
         )
+        # Pulls go over connections of the calling thread that it reads itself: the answer to a
+        # pull then reaches its thread without a hand-over from a reader thread.
+        self._pull_pools = threading.local()
+        self._all_pull_pools: list[ConnectionPool] = []
+        self._pull_pools_lock = threading.Lock()
+        self._tls = tls
         self._name_server_lock = threading.Lock()
         self._preferred_name_server = 0
 
     def close(self) -> None:
         self._pool.close()
+        with self._pull_pools_lock:
+            pools, self._all_pull_pools = self._all_pull_pools, []
+        for pool in pools:
+            pool.close()
+
+    def _pull_pool(self) -> ConnectionPool:
+        pool: ConnectionPool | None = getattr(self._pull_pools, "pool", None)
+        if pool is None:
+            timeout = self.config.request_timeout
+            tls = self._tls
+            pool = ConnectionPool(lambda address: Connection(
+                address, connect_timeout=timeout, tls_context=tls, reader_thread=False))
+            self._pull_pools.pool = pool
+            with self._pull_pools_lock:
+                self._all_pull_pools.append(pool)
+        return pool
 
     def __enter__(self) -> RocketMQClient:
         return self
@@ -178,6 +200,8 @@ class RocketMQClient:
         fields: Mapping[str, object] | None = None,
         body: bytes = b"",
         timeout: float | None = None,
+        *,
+        pool: ConnectionPool | None = None,
     ) -> Reply:
         """Send one request (signed when credentials are set) without waiting for the response."""
         command = RemotingCommand.request(code, fields, body)
@@ -186,7 +210,8 @@ class RocketMQClient:
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
-        return self._pool.submit(address, command, self.config.request_timeout if timeout is None else timeout)
+        return (pool or self._pool).submit(address, command,
+                                           self.config.request_timeout if timeout is None else timeout)
 
     def _call(
         self,
@@ -271,7 +296,8 @@ class RocketMQClient:
         suspend_timeout_ms: int = 0,
     ) -> PendingPull:
         """Send a pull like :meth:`pull` and return at once; many can be in flight on one
-        connection, each answered in turn by ``result()``."""
+        connection, each answered by ``result()``, which the sending thread must call: pulls go
+        over connections of the calling thread that it reads itself."""
         sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
         fields = {
             "consumerGroup": group,
@@ -288,7 +314,8 @@ class RocketMQClient:
             "bname": queue.broker_name,
         }
         timeout = self.config.request_timeout + suspend_timeout_ms / 1000
-        return PendingPull(self.submit(address, codes.PULL_MESSAGE, fields, timeout=timeout), address)
+        reply = self.submit(address, codes.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
+        return PendingPull(reply, address)
 
     def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
         """The group's stored offset on the queue (the next to read), or None if nothing is stored.

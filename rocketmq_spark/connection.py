@@ -1,9 +1,12 @@
 """Moving remoting commands over TCP: sockets, correlation ids, timeouts. Nothing else.
 
-One ``Connection`` is one socket to one address. Any number of threads may send requests on it at
-once; a reader thread matches each response to its request by ``opaque`` id, so pulls to the same
-broker can be in flight together. Requests the server starts on its own (consumer-id change
-notices and the like) are dropped: this client holds no state they could update.
+One ``Connection`` is one socket to one address, with any number of requests in flight: each
+response is matched to its request by ``opaque`` id. By default a reader thread receives, and any
+number of threads may share the connection. Without one (``reader_thread=False``) the thread
+waiting for a response receives it itself, and any others that arrive first; such a connection
+serves one thread, which saves that thread a hand-over per response. Requests the server starts
+on its own (consumer-id change notices and the like) are dropped: this client holds no state
+they could update.
 
 ``ConnectionPool`` keeps one live connection per address and replaces one that failed, which is
 how callers reconnect: the next request to that address opens a new socket.
@@ -78,7 +81,11 @@ class Connection:
         connect_timeout: float,
         tls_context: ssl.SSLContext | None = None,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        reader_thread: bool = True,
     ) -> None:
+        """``reader_thread=False``: no thread of its own; whoever waits for a response reads the
+        socket. One thread at a time may use such a connection, and it saves that thread a
+        hand-over per response."""
         self.address = address
         host, port = split_address(address)
         try:
@@ -97,8 +104,11 @@ class Connection:
         self._pending: dict[int, Pending] = {}
         self._opaque = itertools.count(1)
         self._failure: RocketMQError | None = None
-        self._reader = threading.Thread(target=self._read_loop, name=f"rocketmq-reader-{address}", daemon=True)
-        self._reader.start()
+        self._buffer = bytearray(RECEIVE_CHUNK_BYTES)
+        self._reader: threading.Thread | None = None
+        if reader_thread:
+            self._reader = threading.Thread(target=self._read_loop, name=f"rocketmq-reader-{address}", daemon=True)
+            self._reader.start()
 
     @property
     def closed(self) -> bool:
@@ -127,6 +137,8 @@ class Connection:
 
     def wait(self, pending: Pending) -> RemotingCommand:
         """The response to a submitted request, waiting until its deadline at most."""
+        if self._reader is None:
+            self._read_until(pending)
         if not pending.settled(max(0.0, pending.deadline - time.monotonic())):
             with self._state_lock:
                 self._pending.pop(pending.opaque, None)
@@ -141,25 +153,44 @@ class Connection:
     def close(self) -> None:
         """Close the socket; requests still waiting fail with ConnectionFailedError."""
         self._fail(ConnectionFailedError(f"connection to {self.address} closed"))
-        if self._reader is not threading.current_thread():
+        if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join()
 
     def _read_loop(self) -> None:
+        while self._receive(None):
+            pass
+
+    def _read_until(self, pending: Pending) -> None:
+        """Without a reader thread: receive until ``pending`` is answered, the connection fails,
+        or the deadline passes (``wait`` then reports the timeout)."""
+        while pending.response is None and pending.error is None:
+            remaining = pending.deadline - time.monotonic()
+            if remaining <= 0 or not self._receive(remaining):
+                return
+
+    def _receive(self, timeout: float | None) -> bool:
+        """Receive once and dispatch every frame completed; False once the connection failed or,
+        with a timeout, nothing came in time."""
         # One receive buffer for the connection's life: a fresh bytes object per recv of this
         # size would be a fresh large allocation, and its mapping, every time.
-        buffer = bytearray(RECEIVE_CHUNK_BYTES)
-        view = memoryview(buffer)
+        buffer = self._buffer
         try:
-            while True:
-                received = self._sock.recv_into(buffer)
-                if not received:
-                    raise ConnectionFailedError(f"{self.address} closed the connection")
+            if self._reader is None:
+                self._sock.settimeout(timeout)
+            received = self._sock.recv_into(buffer)
+            if not received:
+                raise ConnectionFailedError(f"{self.address} closed the connection")
+            with memoryview(buffer) as view:
                 for command in self._frames.feed(view[:received]):
                     self._dispatch(command)
+            return True
+        except TimeoutError:
+            return False
         except RocketMQError as err:
             self._fail(err)
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}"))
+        return False
 
     def _dispatch(self, command: RemotingCommand) -> None:
         if not command.is_response:

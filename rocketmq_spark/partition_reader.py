@@ -140,9 +140,10 @@ def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tu
 
 
 class _InFlight:
-    """A pull sent without waiting (the connection matches answers to requests, so the task's
-    thread keeps several on the wire and decodes meanwhile). If it fails in a way a retry can
-    fix, ``result()`` pulls the same span again under the usual retry policy."""
+    """A pull sent without waiting: answers are matched to requests, so the task's thread keeps
+    several on the wire and decodes while the broker works; it reads the answers itself. If a
+    pull fails in a way a retry can fix, ``result()`` pulls the same span again under the usual
+    retry policy."""
 
     __slots__ = ("client", "part", "offset", "count", "pending", "error")
 

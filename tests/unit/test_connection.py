@@ -1,5 +1,6 @@
 """The connection and the pool against a scripted in-process server: answers matched to requests by
-opaque whatever their order, timeouts, a server that goes away, GO_AWAY, server-initiated requests.
+opaque whatever their order, timeouts, a server that goes away, GO_AWAY, server-initiated requests;
+with a reader thread and with the waiting caller reading.
 
 The integration tests run the same code against the real broker and proxy; this one makes the
 server misbehave on purpose.
@@ -87,15 +88,21 @@ def serve() -> Iterator[Callable[[Handler], ScriptedServer]]:
         server.close()
 
 
-def connect(server: ScriptedServer) -> Connection:
-    return Connection(server.address, connect_timeout=2.0)
+@pytest.fixture(params=[True, False], ids=["reader-thread", "caller-reads"])
+def reader_thread(request: pytest.FixtureRequest) -> bool:
+    """Both ways a connection receives: its own reader thread, or the waiting caller."""
+    return bool(request.param)
+
+
+def connect(server: ScriptedServer, reader_thread: bool) -> Connection:
+    return Connection(server.address, connect_timeout=2.0, reader_thread=reader_thread)
 
 
 def request(code: int = codes.GET_MAX_OFFSET, **fields: str) -> RemotingCommand:
     return RemotingCommand.request(code, fields)
 
 
-def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Handler], ScriptedServer]) -> None:
+def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     def reverse_every_four(req: RemotingCommand, held: list[RemotingCommand]) -> list[RemotingCommand]:
         held.append(req)
         if len(held) < 4:
@@ -104,15 +111,15 @@ def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Hand
         held.clear()
         return answers
 
-    conn = connect(serve(reverse_every_four))
+    conn = connect(serve(reverse_every_four), reader_thread)
     pending = [conn.submit(request(n=str(i)), timeout=5.0) for i in range(8)]
     assert [conn.wait(p).ext_fields["n"] for p in pending] == [str(i) for i in range(8)]
     conn.close()
 
 
 def test_an_unanswered_request_times_out_and_the_connection_stays_usable(
-        serve: Callable[[Handler], ScriptedServer]) -> None:
-    conn = connect(serve(lambda req, _: [] if req.ext_fields.get("ignore") else [answer(req)]))
+        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    conn = connect(serve(lambda req, _: [] if req.ext_fields.get("ignore") else [answer(req)]), reader_thread)
     with pytest.raises(RequestTimeoutError, match="within 0.2s") as failure:
         conn.request(request(ignore="yes"), timeout=0.2)
     assert failure.value.retriable
@@ -120,12 +127,12 @@ def test_an_unanswered_request_times_out_and_the_connection_stays_usable(
     conn.close()
 
 
-def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Handler], ScriptedServer]) -> None:
+def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     def close_on_third(req: RemotingCommand, held: list[RemotingCommand]) -> object:
         held.append(req)
         return CLOSE if len(held) == 3 else []
 
-    conn = connect(serve(close_on_third))
+    conn = connect(serve(close_on_third), reader_thread)
     pending = [conn.submit(request(), timeout=5.0) for _ in range(3)]
     for p in pending:
         with pytest.raises(ConnectionFailedError) as failure:
@@ -136,7 +143,7 @@ def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Ha
         conn.submit(request(), timeout=5.0)
 
 
-def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[Handler], ScriptedServer]) -> None:
+def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     def script(req: RemotingCommand, _: list[RemotingCommand]) -> object:
         action = req.ext_fields.get("action")
         if action == "close":
@@ -146,7 +153,7 @@ def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[
         return [answer(req)]
 
     server = serve(script)
-    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0))
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
     assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
     with pytest.raises(ConnectionFailedError):
         pool.request(server.address, request(action="close"), 5.0)
@@ -157,19 +164,19 @@ def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[
     pool.close()
 
 
-def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], ScriptedServer]) -> None:
+def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     def notify_then_answer(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
         # Same opaque as the request, but a request: it must not be taken for the answer.
         notify = RemotingCommand(code=codes.NOTIFY_CONSUMER_IDS_CHANGED, opaque=req.opaque)
         return [notify, answer(req, n="the answer")]
 
-    conn = connect(serve(notify_then_answer))
+    conn = connect(serve(notify_then_answer), reader_thread)
     assert conn.request(request(), timeout=5.0).ext_fields == {"n": "the answer"}
     conn.close()
 
 
 def test_many_threads_share_one_connection(serve: Callable[[Handler], ScriptedServer]) -> None:
-    conn = connect(serve(lambda req, _: [answer(req, n=req.ext_fields["n"])]))
+    conn = connect(serve(lambda req, _: [answer(req, n=req.ext_fields["n"])]), reader_thread=True)
     results: dict[int, str] = {}
 
     def ask(i: int) -> None:
@@ -183,4 +190,27 @@ def test_many_threads_share_one_connection(serve: Callable[[Handler], ScriptedSe
     for t in threads:
         t.join()
     assert len(results) == 8
+    conn.close()
+
+
+def test_a_caller_reading_keeps_answers_to_requests_it_waits_for_later(
+        serve: Callable[[Handler], ScriptedServer]) -> None:
+    """Reading for one request may receive others' answers; they wait in their pending entries,
+    and the answer to a request nobody waits for does not get in the way."""
+    def hold_the_first_three(req: RemotingCommand, held: list[RemotingCommand]) -> list[RemotingCommand]:
+        held.append(req)
+        if len(held) < 3:
+            return []
+        answers = [answer(r, n=r.ext_fields["n"]) for r in held]
+        held.clear()
+        held.extend([req] * 3)  # from now on, every request is answered at once
+        return answers[-1:] if len(answers) > 3 else answers
+
+    conn = connect(serve(hold_the_first_three), reader_thread=False)
+    first, second, third = (conn.submit(request(n=str(i)), timeout=5.0) for i in range(3))
+    assert conn.wait(first).ext_fields["n"] == "0"
+    assert conn.wait(third).ext_fields["n"] == "2"  # past the second's answer, kept or not yet read
+    # ``second`` is never waited for; the connection goes on answering the next requests.
+    assert conn.request(request(n="3"), timeout=5.0).ext_fields["n"] == "3"
+    assert conn.request(request(n="4"), timeout=5.0).ext_fields["n"] == "4"
     conn.close()
