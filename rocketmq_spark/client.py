@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import ssl
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -147,9 +148,10 @@ class RocketMQClient:
             lambda address: Connection(address, connect_timeout=config.request_timeout, tls_context=tls)
         )
         # Pulls go over connections of the calling thread that it reads itself: the answer to a
-        # pull then reaches its thread without a hand-over from a reader thread.
+        # pull then reaches its thread without a hand-over from a reader thread. Held weakly here,
+        # so the connections of a thread that ended go with it.
         self._pull_pools = threading.local()
-        self._all_pull_pools: list[ConnectionPool] = []
+        self._all_pull_pools: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
         self._pull_pools_lock = threading.Lock()
         self._tls = tls
         self._name_server_lock = threading.Lock()
@@ -158,7 +160,7 @@ class RocketMQClient:
     def close(self) -> None:
         self._pool.close()
         with self._pull_pools_lock:
-            pools, self._all_pull_pools = self._all_pull_pools, []
+            pools = list(self._all_pull_pools)
         for pool in pools:
             pool.close()
 
@@ -171,7 +173,7 @@ class RocketMQClient:
                 address, connect_timeout=timeout, tls_context=tls, reader_thread=False))
             self._pull_pools.pool = pool
             with self._pull_pools_lock:
-                self._all_pull_pools.append(pool)
+                self._all_pull_pools.add(pool)
         return pool
 
     def __enter__(self) -> RocketMQClient:
