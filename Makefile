@@ -37,7 +37,7 @@ demo: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.demo
 
 # The connector against RocketMQ's official Java client on 1,000,000 messages, on a RocketMQ of
-# its own (integration/work/bench, default ports; stopped at the end, also on failure). About 6
+# its own (integration/work/bench, default ports; stopped at the end, also on failure). About 5
 # minutes; a quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10".
 bench: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster stop
