@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rocketmq_spark import codes
 from rocketmq_spark.codec import RemotingCommand
-from rocketmq_spark.connection import Connection, ConnectionPool, Reply
+from rocketmq_spark.connection import Connection, ConnectionFactory, ConnectionPool, Reply
 from rocketmq_spark.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
 from rocketmq_spark.message import SUBSCRIBE_ALL
 from rocketmq_spark.route import MessageQueue, TopicRoute, parse_live_brokers, parse_route
@@ -83,6 +83,9 @@ def _int_field(response: RemotingCommand, name: str) -> int:
         ) from err
 
 
+_PULL_CODES = tuple(_PULL_STATUS_BY_CODE)
+
+
 class PendingPull:
     """A pull on the wire; ``result()`` waits for the broker's answer."""
 
@@ -93,8 +96,7 @@ class PendingPull:
         self._address = address
 
     def result(self) -> PullResult:
-        response = _accepted(self._reply.result(), codes.PULL_MESSAGE, self._address,
-                                            tuple(_PULL_STATUS_BY_CODE))
+        response = _accepted(self._reply.result(), codes.PULL_MESSAGE, self._address, _PULL_CODES)
         return PullResult(
             status=_PULL_STATUS_BY_CODE[response.code],
             next_begin_offset=_int_field(response, "nextBeginOffset"),
@@ -143,17 +145,14 @@ class RocketMQClient:
         if not config.name_servers:
             raise ValueError("at least one name server address is needed")
         self.config = config
-        tls = _tls_context() if config.tls else None
-        self._pool = ConnectionPool(
-            lambda address: Connection(address, connect_timeout=config.request_timeout, tls_context=tls)
-        )
+        self._tls = _tls_context() if config.tls else None
+        self._pool = ConnectionPool(self._connector(reader_thread=True))
         # Pulls go over connections of the calling thread that it reads itself: the answer to a
         # pull then reaches its thread without a hand-over from a reader thread. Held weakly here,
         # so the connections of a thread that ended go with it.
         self._pull_pools = threading.local()
         self._all_pull_pools: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
         self._pull_pools_lock = threading.Lock()
-        self._tls = tls
         self._name_server_lock = threading.Lock()
         self._preferred_name_server = 0
 
@@ -164,14 +163,16 @@ class RocketMQClient:
         for pool in pools:
             pool.close()
 
+    def _connector(self, *, reader_thread: bool) -> ConnectionFactory:
+        timeout = self.config.request_timeout
+        tls = self._tls
+        return lambda address: Connection(address, connect_timeout=timeout, tls_context=tls,
+                                          reader_thread=reader_thread)
+
     def _pull_pool(self) -> ConnectionPool:
         pool: ConnectionPool | None = getattr(self._pull_pools, "pool", None)
         if pool is None:
-            timeout = self.config.request_timeout
-            tls = self._tls
-            pool = ConnectionPool(lambda address: Connection(
-                address, connect_timeout=timeout, tls_context=tls, reader_thread=False))
-            self._pull_pools.pool = pool
+            pool = self._pull_pools.pool = ConnectionPool(self._connector(reader_thread=False))
             with self._pull_pools_lock:
                 self._all_pull_pools.add(pool)
         return pool

@@ -205,16 +205,16 @@ def _decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]]) -> Ar
         raise _NotTaken
 
     sys_flag = _column(header, "sys_flag")
+    queue_offset = _column(header, "queue_offset")
     compressed = (sys_flag & codes.MSG_FLAG_COMPRESSED).astype(bool) & (body_length > 0)
     if compressed.any():
-        queue_offsets = _column(header, "queue_offset")
-        body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offsets, at)
+        body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at)
     else:
         body = _binary(data, buf, body_start, body_length)
     properties = _properties(_binary(data, buf, properties_start, record_end - properties_start))
     offset_msg_id = _offset_msg_ids(header)
     return ArrowColumns(
-        queue_offset=pa.array(_column(header, "queue_offset")),
+        queue_offset=pa.array(queue_offset),
         msg_id=pc.coalesce(properties.looked_up[PROPERTY_UNIQ_KEY], offset_msg_id),
         offset_msg_id=offset_msg_id,
         tags=properties.looked_up[PROPERTY_TAGS],

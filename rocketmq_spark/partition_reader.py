@@ -163,15 +163,16 @@ class _InFlight:
             self.error = err
 
     def result(self) -> PullResult:
-        try:
-            if self.pending is None:
-                assert self.error is not None
-                raise self.error
-            return self.pending.result()
-        except RocketMQError as err:
-            if not err.retriable:
-                raise
-            log.warning("pull of %s at %d failed (%s); pulling it again", self.part.queue, self.offset, err)
+        error = self.error
+        if self.pending is not None:
+            try:
+                return self.pending.result()
+            except RocketMQError as err:
+                error = err
+        assert error is not None
+        if not error.retriable:
+            raise error
+        log.warning("pull of %s at %d failed (%s); pulling it again", self.part.queue, self.offset, error)
         return _pull(self.client, self.part, self.offset, self.count)
 
 
