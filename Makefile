@@ -1,6 +1,6 @@
 # Every target sets itself up from scratch: a virtualenv, the package with its test and bench
 # extras (pytest, hypothesis, py-spy), and the RocketMQ jars from Maven Central. RocketMQ is
-# started and stopped by the tests themselves (tests/conftest.py); `make test` also stops any
+# started and stopped by the tests themselves (integration/conftest.py); `make test` also stops any
 # cluster a failed run left recorded.
 
 PYTHON ?= python3
@@ -26,15 +26,15 @@ test: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 unit: $(INSTALLED)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 integration: $(INSTALLED) integration/target/classpath.txt
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The main job: orders into RocketMQ, a stream of the paid ones into parquet, committed offsets.
 demo: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster stop
-	$(PY) -m integration.demo
+	PYTHONPATH=. $(PY) docs/examples/demo.py
 
 # The connector against RocketMQ's official Java client on 1,000,000 messages, on a RocketMQ of
 # its own (integration/work/bench, default ports; stopped at the end, also on failure). About 5

@@ -81,10 +81,20 @@ LOG_TAIL_LINES = 40
 
 # Broker ports: RocketMQ also binds listenPort-2 (fast channel) and listenPort+1 (HA), so the
 # second broker sits ten ports above the first.
-DEFAULT_NAMESRV_PORT = 9876
-DEFAULT_BROKER_PORTS = (10911, 10921)
-DEFAULT_PROXY_REMOTING_PORT = 8080
-DEFAULT_PROXY_GRPC_PORT = 8081
+# ROCKETMQ_PORT_OFFSET moves every port the harness picks (these defaults and the tests' own
+# clusters) by the same amount, so two checkouts can run their tests on one machine at once.
+PORT_OFFSET = int(os.environ.get("ROCKETMQ_PORT_OFFSET", "0"))
+
+
+def shifted(port: int) -> int:
+    """A harness port moved by ROCKETMQ_PORT_OFFSET."""
+    return port + PORT_OFFSET
+
+
+DEFAULT_NAMESRV_PORT = shifted(9876)
+DEFAULT_BROKER_PORTS = (shifted(10911), shifted(10921))
+DEFAULT_PROXY_REMOTING_PORT = shifted(8080)
+DEFAULT_PROXY_GRPC_PORT = shifted(8081)
 FAST_CHANNEL_PORT_OFFSET = -2
 HA_PORT_OFFSET = 1
 

@@ -1,6 +1,6 @@
 """The decoders on bytes a real RocketMQ 5.3.3 broker sent, checked against the official Java client.
 
-``tests/data/capture.py`` pulled these responses from a live broker and saved, next to them,
+``integration/capture_fixtures.py`` pulled these responses from a live broker and saved, next to them,
 what the official Java consumer decoded from the same queues (``captured.json``). Every field
 the Java client exposes must come out the same here; no broker is needed to run this.
 """

@@ -1,7 +1,7 @@
 """The executor's range reader against an in-memory queue: every offset of the range exactly once,
 in order, whatever the pulls in flight, short answers, filters and inner batches do.
 
-The acceptance tests run the same reader against the real broker (tests/integration); this one
+The acceptance tests run the same reader against the real broker (integration/tests); this one
 drives the answers a broker can give but rarely does on demand.
 """
 

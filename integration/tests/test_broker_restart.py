@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import Cluster, ClusterConfig
-from tests.support import ClusterHandle, create_topic, produce, wait_rows
+from integration.cluster import Cluster, ClusterConfig, shifted
+from integration.support import ClusterHandle, create_topic, produce, wait_rows
 
 pytestmark = pytest.mark.integration
 
-NAMESRV_PORT = 29876
-BROKER_PORTS = (30911, 30921)
+NAMESRV_PORT = shifted(29876)
+BROKER_PORTS = (shifted(30911), shifted(30921))
 DOWN_S = 5
 
 

@@ -10,7 +10,11 @@ import base64
 from collections import Counter
 from collections.abc import Callable
 
-from tests.support import ClusterHandle
+import pytest
+
+from integration.support import ClusterHandle
+
+pytestmark = pytest.mark.integration
 
 QUEUES_PER_BROKER = 4
 MESSAGES = 1_000

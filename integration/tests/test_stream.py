@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import (
+from integration.support import (
     QUERY_TIMEOUT_S, ClusterHandle, collect_available_now, create_topic, max_offsets, produce, run_available_now,
     spark_offsets, stored_offsets, stream,
 )

@@ -33,7 +33,9 @@ from rocketmq_spark.client import (
 from rocketmq_spark.errors import BrokerResponseError, ConnectionFailedError, TopicNotFoundError
 from rocketmq_spark.message import Message, decode_columns, decode_messages, parse_tag_expression
 from rocketmq_spark.route import MessageQueue
-from tests.support import ClusterHandle
+from integration.support import ClusterHandle
+
+pytestmark = pytest.mark.integration
 
 Row = dict[str, Any]
 

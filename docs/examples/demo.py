@@ -14,10 +14,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from integration.cluster import Cluster, ClusterConfig
+from integration.cluster import DEFAULT_WORKDIR, Cluster, ClusterConfig
 from integration.spark import local_spark
 
 TOPIC = "orders"
@@ -29,7 +28,7 @@ SECOND_WAVE = 1_500
 TRIGGER_S = 2
 TRIGGER = f"{TRIGGER_S} seconds"
 WAIT_S = 180
-WORK = Path(__file__).resolve().parent / "work" / "demo"
+WORK = DEFAULT_WORKDIR / "demo"
 ORDER_BODY = '{"orderId": {i}, "customer": "c-{i}"}'
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from integration.cluster import Cluster, ClusterConfig
 from integration.spark import local_spark
-from tests.support import ClusterHandle
+from integration.support import ClusterHandle
 
 REPO = Path(__file__).resolve().parent.parent
 

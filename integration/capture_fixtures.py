@@ -5,7 +5,7 @@ plain socket and saves the exact bytes the broker sent, as hex, next to what the
 consumer decoded from the same queue. ``tests/unit/test_captured.py`` then checks the project's
 decoder against both without any broker.
 
-    python tests/data/capture.py [--namesrv 127.0.0.1:9876] [--out tests/data]
+    python -m integration.capture_fixtures [--namesrv 127.0.0.1:9876] [--out tests/data]
 
 The cluster must have a broker named broker-a (``python -m integration.cluster start``). Cases:
 
@@ -31,14 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from integration.cluster import run_tool
+from rocketmq_spark import codes
+from rocketmq_spark.client import ClientConfig, RocketMQClient
+from rocketmq_spark.codec import RemotingCommand, encode_frame
+from rocketmq_spark.route import MessageQueue
 
-from integration.cluster import run_tool  # noqa: E402
-from rocketmq_spark import codes  # noqa: E402
-from rocketmq_spark.client import ClientConfig, RocketMQClient  # noqa: E402
-from rocketmq_spark.codec import RemotingCommand, encode_frame  # noqa: E402
-from rocketmq_spark.route import MessageQueue  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 EXPECTATIONS_FILE = "captured.json"
 BROKER = "broker-a"
@@ -228,7 +227,7 @@ CASES: dict[str, tuple[Callable[[Capture], tuple[bytes, dict[str, Any]]], str]] 
 
 def write_hex(path: Path, data: bytes, description: str) -> None:
     lines = [f"# {description}.",
-             "# Captured from Apache RocketMQ 5.3.3 by tests/data/capture.py; hex, '#' starts a comment."]
+             "# Captured from Apache RocketMQ 5.3.3 by integration/capture_fixtures.py; hex, '#' starts a comment."]
     lines += [data[i:i + HEX_BYTES_PER_LINE].hex().upper() for i in range(0, len(data), HEX_BYTES_PER_LINE)]
     path.write_text("\n".join(lines) + "\n")
 
@@ -236,7 +235,7 @@ def write_hex(path: Path, data: bytes, description: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--namesrv", default="127.0.0.1:9876")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=REPO / "tests" / "data")
     parser.add_argument("cases", nargs="*", help=f"cases to capture (default: all): {', '.join(CASES)}")
     opts = parser.parse_args(argv)
     unknown = set(opts.cases) - set(CASES)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import (
+from integration.support import (
     QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, run_available_now,
     stored_offsets, stream, wait_rows,
 )

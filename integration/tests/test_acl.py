@@ -18,16 +18,18 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError
+from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
 from rocketmq_spark import codes
 from rocketmq_spark.client import Boundary, ClientConfig, Credentials, PullStatus, RocketMQClient
 from rocketmq_spark.errors import AuthenticationError
 from rocketmq_spark.message import decode_messages
 from rocketmq_spark.route import MessageQueue
 
+pytestmark = pytest.mark.integration
+
 # Ports of their own, so this cluster runs next to the shared one (9876, 10911, 10921).
-ACL_NAMESRV_PORT = 19876
-ACL_BROKER_PORT = 20911
+ACL_NAMESRV_PORT = shifted(19876)
+ACL_BROKER_PORT = shifted(20911)
 ACL_BROKER_ADDR = f"127.0.0.1:{ACL_BROKER_PORT}"
 BROKER = "broker-a"
 QUEUES = 2

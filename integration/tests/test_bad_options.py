@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ClusterHandle, create_topic
+from integration.support import ClusterHandle, create_topic
 
 pytestmark = pytest.mark.integration
 
