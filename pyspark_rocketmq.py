@@ -3,6 +3,6 @@
 Spark scans top-level modules whose names start with ``pyspark_`` for a ``DefaultSource``.
 """
 
-from rocketmq_spark.datasource import RocketMQDataSource as DefaultSource
+from rocketmq_spark import RocketMQDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

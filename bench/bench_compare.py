@@ -307,13 +307,13 @@ class Phase:
 
 
 def _pool_warm(_: int) -> int:
-    importlib.import_module("rocketmq_spark.partition_reader")  # import cost out of the timed runs
+    importlib.import_module("rocketmq_spark.source.partition_reader")  # import cost out of the timed runs
     return os.getpid()
 
 
 def _pool_read(part: Any) -> int:
     """Read one partition in a pool worker; return its row count."""
-    from rocketmq_spark.partition_reader import read_partition
+    from rocketmq_spark.source.partition_reader import read_partition
 
     rows = 0
     for batch in read_partition(part):
@@ -326,8 +326,8 @@ def source_options(namesrv: str, topic: str, pull_batch_size: int) -> dict[str, 
 
 
 def plan_partitions(namesrv: str, topic: str, pull_batch_size: int) -> list[Any]:
-    from rocketmq_spark.batch_reader import RocketMQBatchReader
-    from rocketmq_spark.options import parse_options
+    from rocketmq_spark.source.batch_reader import RocketMQBatchReader
+    from rocketmq_spark.source.options import parse_options
 
     options = parse_options(source_options(namesrv, topic, pull_batch_size), streaming=False)
     return list(RocketMQBatchReader(options).partitions())

@@ -6,7 +6,8 @@ median of several timed runs of each decode API:
 
   bulk (reader)    what a Spark task runs: scan each pull as it arrives, decode the
                    pulls of one Arrow batch (8192 messages) together into Arrow columns
-  decode_columns   the per-record decoder, one pull at a time, Python lists
+  per-record       what a task runs for records the bulk path does not take: each pull
+                   walked record by record, the pulls of one Arrow batch built together
   decode_messages  the per-record decoder, one Message tuple per message
 
     python bench/bench_decode.py [--messages N] [--body-size B] [--runs R]
@@ -24,10 +25,11 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from rocketmq_spark import codes  # noqa: E402
-from rocketmq_spark.columnar import decode_bulk, scan_records  # noqa: E402
-from rocketmq_spark.message import decode_columns, decode_messages  # noqa: E402
-from rocketmq_spark.partition_reader import ARROW_BATCH_ROWS  # noqa: E402
+from rocketmq_spark.remoting import codes  # noqa: E402
+from rocketmq_spark.records.columns import from_walked  # noqa: E402
+from rocketmq_spark.records.decoder import decode_pulls  # noqa: E402
+from rocketmq_spark.records.walk import Walked, decode_messages, walk  # noqa: E402
+from rocketmq_spark.source.partition_reader import ARROW_BATCH_ROWS  # noqa: E402
 
 PULL_BATCH = 32
 TOPIC = b"BenchTopic"
@@ -87,8 +89,12 @@ def time_api(decode: Callable[[list[bytes]], object], groups: list[list[bytes]],
 
 def bulk(pulls: list[bytes]) -> object:
     """The reader's path: scan on arrival, then one bulk decode per Arrow batch."""
-    starts = [scan_records(pull) for pull in pulls]
-    return decode_bulk(pulls, starts)  # type: ignore[arg-type]
+    return decode_pulls(pulls)
+
+
+def per_record(pulls: list[bytes]) -> object:
+    """The reader's path for records the bulk decoder does not take."""
+    return from_walked(Walked.join([walk(pull) for pull in pulls]))
 
 
 def each(decode: Callable[[bytes], object]) -> Callable[[list[bytes]], object]:
@@ -115,7 +121,7 @@ def main() -> None:
     groups = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)]
     if len(bulk(groups[0])) != min(args.messages, per_batch * PULL_BATCH):  # type: ignore[arg-type]
         raise SystemExit("the bulk decoder lost messages")
-    apis = (("bulk (reader)", bulk), ("decode_columns", each(decode_columns)),
+    apis = (("bulk (reader)", bulk), ("per-record", per_record),
             ("decode_messages", each(decode_messages)))
     for name, decode in apis:
         seconds, cpu_seconds = time_api(decode, groups, args.runs)

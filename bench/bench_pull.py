@@ -3,7 +3,7 @@
 Produces N messages (1 KiB bodies by default) with the official Java producer to a topic of
 eight queues (four on each of broker-a and broker-b), then times reading every queue from offset
 0 to its end with this project's client: pulls only, pulls + ``decode_messages``, pulls +
-``decode_columns``, for each pull batch size. Reports messages/s and MB/s (payload bytes and
+``walk_columns``, for each pull batch size. Reports messages/s and MB/s (payload bytes and
 bytes on the wire), the median of several runs.
 
     python bench/bench_pull.py [--namesrv 127.0.0.1:9876] [--messages 200000] [--batch 32 256]
@@ -28,9 +28,10 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from integration.cluster import run_tool  # noqa: E402
-from rocketmq_spark.client import ClientConfig, PullStatus, RocketMQClient  # noqa: E402
-from rocketmq_spark.message import decode_columns, decode_messages  # noqa: E402
-from rocketmq_spark.route import MessageQueue  # noqa: E402
+from rocketmq_spark.model import ClientConfig, MessageQueue  # noqa: E402
+from rocketmq_spark.records.columns import walk_columns  # noqa: E402
+from rocketmq_spark.records.walk import decode_messages  # noqa: E402
+from rocketmq_spark.remoting.client import PullStatus, RocketMQClient  # noqa: E402
 
 QUEUES_PER_BROKER = 4
 BROKERS = ("broker-a", "broker-b")
@@ -106,7 +107,7 @@ def main() -> None:
         payload_bytes = total * args.body_size
         print(f"{total} messages in {len(targets)} queues, median of {args.runs} runs, one thread")
         modes: dict[str, Callable[[bytes], object] | None] = {
-            "pull only": None, "+decode_messages": decode_messages, "+decode_columns": decode_columns,
+            "pull only": None, "+decode_messages": decode_messages, "+walk_columns": walk_columns,
         }
         read_all(client, targets, max(args.batch), None)  # warm the page cache and the connections
         for batch in args.batch:

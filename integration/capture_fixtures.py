@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import run_tool
-from rocketmq_spark import codes
-from rocketmq_spark.client import ClientConfig, RocketMQClient
-from rocketmq_spark.codec import RemotingCommand, encode_frame
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.codec import RemotingCommand, encode_frame
 
 REPO = Path(__file__).resolve().parents[1]
 

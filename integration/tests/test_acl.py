@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from rocketmq_spark import codes
-from rocketmq_spark.client import Boundary, ClientConfig, Credentials, PullStatus, RocketMQClient
-from rocketmq_spark.errors import AuthenticationError
-from rocketmq_spark.message import decode_messages
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
+from rocketmq_spark.records.walk import decode_messages
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import Boundary, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.errors import AuthenticationError
 
 pytestmark = pytest.mark.integration
 

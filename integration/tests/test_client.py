@@ -21,19 +21,14 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark.client import (
-    EXPRESSION_SQL92,
-    Boundary,
-    ClientConfig,
-    PullResult,
-    PullStatus,
-    RocketMQClient,
-)
-from rocketmq_spark.errors import BrokerResponseError, ConnectionFailedError, TopicNotFoundError
-from rocketmq_spark.message import Message, decode_columns, decode_messages, parse_tag_expression
-from rocketmq_spark.route import MessageQueue
 from integration.support import ClusterHandle
+from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue
+from rocketmq_spark.records.columns import walk_columns
+from rocketmq_spark.records.walk import Message, decode_messages
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import Boundary, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, TopicNotFoundError
+from rocketmq_spark.source.options import parse_tag_expression
 
 pytestmark = pytest.mark.integration
 
@@ -356,7 +351,7 @@ def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
     assert messages[3].properties["seq"] == "3"
 
 
-def test_decode_columns_agrees_with_the_producer(
+def test_walk_columns_agree_with_the_producer(
     rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
@@ -364,15 +359,16 @@ def test_decode_columns_agrees_with_the_producer(
     sent = produce_to(rocketmq, target, 6, "--tags", "TagA", "--keys", "k{i}")
 
     result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
-    columns = decode_columns(result.body)
+    columns = walk_columns(result.body)
 
-    assert list(columns.queue_offset) == [row["queueOffset"] for row in sent]
-    assert list(columns.msg_id) == [row["msgId"] for row in sent]
-    assert list(columns.offset_msg_id) == [row["offsetMsgId"] for row in sent]
-    assert list(columns.body) == [body_of(row) for row in sent]
-    assert list(columns.keys) == [row["keys"] for row in sent]
-    assert list(columns.tags) == [row["tags"] for row in sent]
-    assert list(columns.properties) == [{**row["properties"], **BROKER_ADDED_PROPERTIES} for row in sent]
+    assert columns.queue_offset.to_pylist() == [row["queueOffset"] for row in sent]
+    assert columns.msg_id.to_pylist() == [row["msgId"] for row in sent]
+    assert columns.offset_msg_id.to_pylist() == [row["offsetMsgId"] for row in sent]
+    assert columns.body.to_pylist() == [body_of(row) for row in sent]
+    assert columns.keys.to_pylist() == [row["keys"] for row in sent]
+    assert columns.tags.to_pylist() == [row["tags"] for row in sent]
+    assert [dict(pairs) for pairs in columns.properties.to_pylist()] == [
+        {**row["properties"], **BROKER_ADDED_PROPERTIES} for row in sent]
 
 
 def test_pull_statuses_at_and_beyond_the_end(

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import FrameReader, decode_frame
-from rocketmq_spark.message import Message, decode_columns, decode_messages
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import FrameReader, decode_frame
+from rocketmq_spark.records.columns import ArrowColumns, walk_columns
+from rocketmq_spark.records.walk import Message, decode_messages
+from tests.records import as_python
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 EXPECTATIONS = DATA / "captured.json"
@@ -126,13 +128,13 @@ def test_every_message_decodes_as_the_official_consumer_read_it(case: str) -> No
 
 
 @pytest.mark.parametrize("case", case_names())
-def test_decode_columns_holds_the_same_values(case: str) -> None:
+def test_walk_columns_hold_the_same_values(case: str) -> None:
     messages = decode_messages(body(case))
 
-    columns = decode_columns(body(case))
+    columns = as_python(walk_columns(body(case)))
 
-    for field in Message._fields:
-        assert list(getattr(columns, field)) == [getattr(m, field) for m in messages], field
+    for field in ArrowColumns._fields:
+        assert columns[field] == [getattr(m, field) for m in messages], field
 
 
 @pytest.mark.parametrize("case", case_names())

@@ -7,15 +7,15 @@ import struct
 
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import (
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import (
     DEFAULT_MAX_FRAME_LENGTH,
     FrameReader,
     RemotingCommand,
     decode_frame,
     encode_frame,
 )
-from rocketmq_spark.errors import ProtocolError
+from rocketmq_spark.remoting.errors import ProtocolError
 
 # A GET_MAX_OFFSET request as the client sends it.
 JSON_REQUEST_HEADER = (

@@ -1,4 +1,4 @@
-"""The bulk decoder (rocketmq_spark.columnar) and the batch builder that uses it.
+"""The bulk decoder (rocketmq_spark.records.columnar), the decoder that chooses it, and the batch builder.
 
 The bulk path must give exactly what the per-record decoder gives, for every body it takes, and
 must hand every body it does not take to that decoder; the batch builder must keep offset order,
@@ -18,15 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark import codes
-from rocketmq_spark.columnar import ArrowColumns, _entries, decode_bulk, from_message_columns, scan_records
-from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.message import decode_columns
-from rocketmq_spark.schema import ARROW_SCHEMA, BatchBuilder
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.records.columnar import decode_bulk, scan_records
+from rocketmq_spark.records.columns import ArrowColumns, walk_columns
+from rocketmq_spark.records.decoder import decode_pulls
+from rocketmq_spark.records.properties import _entries
+from rocketmq_spark.remoting.errors import ProtocolError
+from rocketmq_spark.source.rows import BatchBuilder
+from rocketmq_spark.source.schema import ARROW_SCHEMA
 from tests.unit.test_captured import body as captured_body
 from tests.unit.test_captured import case_names
-from tests.unit.test_fuzz import COMPRESSORS, PROPERTY_BYTES
-from tests.unit.test_message import IPV4_BORN, IPV4_STORE, inner_message, properties_block, record
+from tests.records import COMPRESSORS, IPV4_BORN, IPV4_STORE, PROPERTY_BYTES, as_python, inner_message, properties_block, record
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
@@ -36,20 +38,9 @@ FUZZ = settings(
 IPV6 = (bytes(15) + b"\x01", 10911)
 
 
-def as_python(columns: ArrowColumns) -> dict[str, list[Any]]:
-    values = {
-        # Epoch milliseconds: a mutated timestamp can lie outside Python's datetime range.
-        name: (column.cast(pa.int64()) if pa.types.is_timestamp(column.type) else column).to_pylist()
-        for name, column in zip(ArrowColumns._fields, columns)
-    }
-    # A map is a list of pairs; which of two equal names Java keeps is what matters, not order.
-    values["properties"] = [dict(pairs) for pairs in values["properties"]]
-    return values
-
-
 def per_record(bodies: list[bytes]) -> dict[str, list[Any]]:
     """What the per-record decoder gives for the same pulls."""
-    return as_python(ArrowColumns.concat([from_message_columns(decode_columns(b)) for b in bodies]))
+    return as_python(ArrowColumns.concat([walk_columns(b) for b in bodies]))
 
 
 def bulk(bodies: list[bytes]) -> dict[str, list[Any]]:
@@ -115,14 +106,11 @@ def test_a_mutated_pull_decodes_the_same_or_raises_the_same(pulls: list[bytes], 
         expected = per_record(pulls)
     except ProtocolError:
         expected = None
-    starts = [scan_records(b) for b in pulls]
-    if any(s is None for s in starts):
-        return  # the builder sends these to the per-record decoder; nothing bulk to compare
     if expected is None:
         with pytest.raises(ProtocolError):
-            decode_bulk(pulls, starts)  # type: ignore[arg-type]
+            decode_pulls(pulls)
     else:
-        assert as_python(decode_bulk(pulls, starts)) == expected  # type: ignore[arg-type]
+        assert as_python(decode_pulls(pulls)) == expected
 
 
 def test_well_formed_properties_take_the_fast_split() -> None:

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import FrameReader, RemotingCommand, encode_frame
-from rocketmq_spark.connection import Connection, ConnectionPool
-from rocketmq_spark.errors import ConnectionFailedError, RequestTimeoutError
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.remoting.connection import Connection, ConnectionPool
+from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError
 
 # A handler sees each request and says what to send back: commands (answers, or requests of the
 # server's own), nothing (leave it unanswered), or CLOSE.

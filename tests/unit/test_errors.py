@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark.errors import (
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import (
     AuthenticationError,
     BrokerResponseError,
     ConfigurationError,

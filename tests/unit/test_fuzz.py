@@ -5,18 +5,18 @@ slower than the deadline). Set FUZZ_EXAMPLES to run more examples per test than 
 from __future__ import annotations
 
 import os
-import zlib
 from datetime import timedelta
 
-import lz4.frame
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import FrameReader, RemotingCommand, decode_frame, encode_frame
-from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.message import Message, decode_columns, decode_messages, parse_properties
-from tests.unit.test_message import inner_message, properties_block, record, zstd_stream
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, decode_frame, encode_frame
+from rocketmq_spark.remoting.errors import ProtocolError
+from rocketmq_spark.records.columns import walk_columns
+from rocketmq_spark.records.properties import parse_properties
+from rocketmq_spark.records.walk import Message, decode_messages
+from tests.records import COMPRESSORS, PROPERTY_BYTES, inner_message, properties_block, record
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
@@ -133,18 +133,6 @@ def test_reader_on_random_chunks(chunks: list[bytes]) -> None:
 HOSTS = st.sampled_from(
     [(bytes([10, 0, 0, 7]), 53412), (bytes(15) + b"\x01", 10911), (bytes([127, 0, 0, 1]), 0)]
 )
-PROPERTY_BYTES = st.binary(max_size=30) | st.lists(
-    st.sampled_from([b"\x01", b"\x02", b"\x03", b"a", b"TAGS", b"\xc3\xa9", b"\xff", b"\xc3"]), max_size=12
-).map(b"".join)
-
-
-COMPRESSORS = {
-    "zlib": (codes.COMPRESSION_ZLIB, zlib.compress),
-    "lz4": (codes.COMPRESSION_LZ4, lz4.frame.compress),
-    "zstd": (codes.COMPRESSION_ZSTD, zstd_stream),
-}
-
-
 @st.composite
 def record_bodies(draw: st.DrawFn) -> bytes:
     """A valid PULL body: plain, compressed and inner-batch records."""
@@ -187,8 +175,8 @@ def test_random_record_bodies(body: bytes) -> None:
 def test_valid_record_bodies_decode(body: bytes) -> None:
     messages = decode_messages(body)
     assert messages
-    columns = decode_columns(body)
-    assert list(columns.msg_id) == [m.msg_id for m in messages]
+    columns = walk_columns(body)
+    assert columns.msg_id.to_pylist() == [m.msg_id for m in messages]
 
 
 @FUZZ

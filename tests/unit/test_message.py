@@ -5,95 +5,27 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 import lz4.frame
 import pytest
 import zstandard
 
-from rocketmq_spark import codes
-from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.message import (
-    Message,
-    decode_columns,
-    decode_messages,
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import ProtocolError
+from rocketmq_spark.records.columns import ArrowColumns, walk_columns
+from rocketmq_spark.records.properties import parse_properties
+from rocketmq_spark.records.walk import Message, decode_messages
+from rocketmq_spark.source.options import parse_tag_expression
+from tests.records import (
+    as_python,
+    inner_message,
     java_string_hash,
-    parse_properties,
-    parse_tag_expression,
+    load_hex,
+    properties_block,
+    record,
     tag_codes,
+    zstd_stream,
 )
-
-DATA = Path(__file__).resolve().parent.parent / "data"
-
-IPV4_BORN = (bytes([10, 0, 0, 7]), 53412)
-IPV4_STORE = (bytes([127, 0, 0, 1]), 10911)
-
-
-def load_hex(name: str) -> bytes:
-    """Bytes of a hex fixture in tests/data; whitespace and '#' comments are ignored."""
-    text = (DATA / name).read_text(encoding="utf-8")
-    return bytes.fromhex("".join(line.split("#", 1)[0] for line in text.splitlines()))
-
-
-def properties_block(pairs: dict[str, str]) -> bytes:
-    return "".join(f"{key}\x01{value}\x02" for key, value in pairs.items()).encode()
-
-
-def record(
-    *,
-    body: bytes = b"payload",
-    properties: bytes = b"",
-    topic: bytes = b"TopicA",
-    magic: int = codes.MESSAGE_MAGIC_V1,
-    queue_id: int = 1,
-    flag: int = 0,
-    queue_offset: int = 42,
-    commit_log_offset: int = 0x1234,
-    sys_flag: int = 0,
-    born_timestamp: int = 1_700_000_000_000,
-    born_host: tuple[bytes, int] = IPV4_BORN,
-    store_timestamp: int = 1_700_000_000_123,
-    store_host: tuple[bytes, int] = IPV4_STORE,
-    reconsume_times: int = 0,
-    prepared_transaction_offset: int = 0,
-) -> bytes:
-    """A commitlog record laid out field by field as the broker writes it.
-
-    The host flags follow the address lengths; everything else is as given.
-    """
-    if len(born_host[0]) == 16:
-        sys_flag |= codes.MSG_FLAG_BORNHOST_V6
-    if len(store_host[0]) == 16:
-        sys_flag |= codes.MSG_FLAG_STOREHOST_V6
-    topic_length = (
-        struct.pack(">B", len(topic)) if magic == codes.MESSAGE_MAGIC_V1 else struct.pack(">H", len(topic))
-    )
-    after_size = b"".join(
-        (
-            struct.pack(">I", magic),
-            struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF),
-            struct.pack(">iiqq", queue_id, flag, queue_offset, commit_log_offset),
-            struct.pack(">iq", sys_flag, born_timestamp),
-            born_host[0],
-            struct.pack(">iq", born_host[1], store_timestamp),
-            store_host[0],
-            struct.pack(">iiqi", store_host[1], reconsume_times, prepared_transaction_offset, len(body)),
-            body,
-            topic_length,
-            topic,
-            struct.pack(">h", len(properties)),
-            properties,
-        )
-    )
-    return struct.pack(">i", 4 + len(after_size)) + after_size
-
-
-def inner_message(flag: int, body: bytes, properties: bytes) -> bytes:
-    """One message inside an inner-batch body (MessageDecoder.encodeMessage)."""
-    size = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(properties)
-    header = struct.pack(">iiiii", size, 0, 0, flag, len(body))
-    return header + body + struct.pack(">h", len(properties)) + properties
-
 
 # --------------------------------------------------------------------------
 # Golden records
@@ -191,7 +123,7 @@ def test_several_records_decode_in_order() -> None:
 
 def test_empty_body_gives_no_messages() -> None:
     assert decode_messages(b"") == []
-    assert all(len(column) == 0 for column in decode_columns(b""))
+    assert all(len(column) == 0 for column in walk_columns(b""))
 
 
 @pytest.mark.parametrize("kind", [bytearray, memoryview])
@@ -251,12 +183,6 @@ def test_trailing_text_after_the_last_separator_stays_in_its_message() -> None:
 # --------------------------------------------------------------------------
 
 ORIGINAL = ("compress me " * 500).encode()
-
-
-def zstd_stream(data: bytes) -> bytes:
-    """A zstd frame without content size, as Java's ZstdOutputStream writes."""
-    compressor = zstandard.ZstdCompressor(write_content_size=False).compressobj()
-    return compressor.compress(data) + compressor.flush()
 
 
 def test_zstd_fixture_lacks_the_content_size_one_shot_decoding_needs() -> None:
@@ -469,11 +395,11 @@ def test_columns_hold_the_same_values_as_messages() -> None:
         )
     )
     messages = decode_messages(data)
-    columns = decode_columns(data)
+    columns = as_python(walk_columns(data))
     assert len(messages) == 5
-    assert columns._fields == Message._fields
-    for name in Message._fields:
-        assert list(getattr(columns, name)) == [getattr(m, name) for m in messages], name
+    assert set(ArrowColumns._fields) <= set(Message._fields)
+    for name in ArrowColumns._fields:
+        assert columns[name] == [getattr(m, name) for m in messages], name
 
 
 # --------------------------------------------------------------------------

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.offsets import from_spark, parse_offset_json, to_spark
-from rocketmq_spark.route import MessageQueue, parse_live_brokers, parse_route, quote_bare_int_keys
+from rocketmq_spark.remoting.errors import ProtocolError
+from rocketmq_spark.source.offsets import from_spark, parse_offset_json, to_spark
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.route import parse_live_brokers, parse_route, quote_bare_int_keys
 
 
 def test_offsets_round_trip_through_spark_json() -> None:

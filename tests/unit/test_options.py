@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
-from rocketmq_spark.errors import ConfigurationError
-from rocketmq_spark.options import ConsumeFromWhere, StartingMode, parse_options
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
+from rocketmq_spark.model import MessageQueue
 
 NOW_MS = 1_700_000_000_000
 BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}

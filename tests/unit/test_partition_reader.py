@@ -12,16 +12,21 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rocketmq_spark import codes
-from rocketmq_spark import partition_reader as reader
-from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, ClientConfig, PullResult, PullStatus
-from rocketmq_spark.errors import DataLossError, ProtocolError, RequestTimeoutError
-from rocketmq_spark.message import SUBSCRIBE_ALL, parse_tag_expression
-from rocketmq_spark.partition_reader import RocketMQPartition, read_partition
-from rocketmq_spark.route import MessageQueue
-from tests.unit.test_message import inner_message, properties_block, record
+from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import PullResult, PullStatus
+from rocketmq_spark.remoting.errors import DataLossError, ProtocolError, RequestTimeoutError
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.source import partition_reader as reader
+from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.partition_reader import read_partition
+from tests.records import inner_message, properties_block, record
 
 QUEUE = MessageQueue("orders", "broker-a", 2)
+# Short waits, so that retries and the wait for missing offsets do not slow the tests.
+FAST_RETRY = Retry(first_backoff_s=0.01)
+MISSING_DATA_WAIT_S = 0.05
 
 
 class FakeQueue:
@@ -101,24 +106,26 @@ class FakePending:
         return self.queue.answer(*self.request)
 
 
+class FakeClient:
+    """The client calls the reader makes, answered by the test's fake queue."""
+
+    def __init__(self, holder: list[FakeQueue]) -> None:
+        self.holder = holder
+
+    def pull_async(self, *args: Any, **kwargs: Any) -> FakePending:
+        return self.holder[0].pull_async(*args, **kwargs)
+
+    def pull(self, *args: Any, **kwargs: Any) -> PullResult:
+        return self.holder[0].pull_async(*args, **kwargs).result()
+
+    def max_offset(self, *args: Any) -> int:
+        return self.holder[0].max_offset
+
+
 @pytest.fixture
-def broker(monkeypatch: pytest.MonkeyPatch) -> list[FakeQueue]:
-    """Install a fake queue as every partition's client."""
-    holder: list[FakeQueue] = []
-
-    class Client:
-        def pull_async(self, *args: Any, **kwargs: Any) -> FakePending:
-            return holder[0].pull_async(*args, **kwargs)
-
-        def pull(self, *args: Any, **kwargs: Any) -> PullResult:
-            return holder[0].pull_async(*args, **kwargs).result()
-
-        def max_offset(self, *args: Any) -> int:
-            return holder[0].max_offset
-
-    monkeypatch.setattr(reader, "shared_client", lambda config: Client())
-    monkeypatch.setattr(reader, "MISSING_DATA_WAIT_S", 0.05)
-    return holder
+def broker() -> list[FakeQueue]:
+    """Where a test puts the fake queue its partitions read."""
+    return []
 
 
 def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
@@ -128,12 +135,12 @@ def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expressi
         client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
         expression_type=expression_type,
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
-        pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss,
+        pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss, retry=FAST_RETRY,
     )
 
 
-def offsets(part: RocketMQPartition) -> list[int]:
-    batches = list(read_partition(part))
+def offsets(broker: list[FakeQueue], part: RocketMQPartition) -> list[int]:
+    batches = list(read_partition(part, FakeClient(broker), missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
     assert all(isinstance(b, pa.RecordBatch) for b in batches)
     return [o for b in batches for o in b.column("queueOffset").to_pylist()]
 
@@ -143,7 +150,7 @@ def offsets(part: RocketMQPartition) -> list[int]:
 def test_every_offset_once_in_order_with_pulls_in_flight(broker: list[FakeQueue], cap: int,
                                                           pull_batch_size: int) -> None:
     broker.append(FakeQueue(500, cap=cap))
-    assert offsets(partition(17, 403, pull_batch_size=pull_batch_size)) == list(range(17, 403))
+    assert offsets(broker, partition(17, 403, pull_batch_size=pull_batch_size)) == list(range(17, 403))
     # Short answers were re-asked from where they stopped, and nothing was asked past the end.
     assert all(offset + count <= 403 for offset, count in broker[0].pulls)
 
@@ -151,15 +158,15 @@ def test_every_offset_once_in_order_with_pulls_in_flight(broker: list[FakeQueue]
 def test_unfiltered_reads_keep_several_pulls_in_flight(broker: list[FakeQueue]) -> None:
     queue = FakeQueue(10_000, scan_limit=10_000)
     broker.append(queue)
-    assert offsets(partition(0, 3200, pull_batch_size=32)) == list(range(3200))
+    assert offsets(broker, partition(0, 3200, pull_batch_size=32)) == list(range(3200))
     assert sorted(offset for offset, _ in queue.pulls) == list(range(0, 3200, 32))  # none twice
     assert queue.most_active == reader.PULLS_IN_FLIGHT
 
 
 def test_an_inner_batch_across_spans_is_not_repeated(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(100, batch=range(30, 45)))
-    assert offsets(partition(0, 100, pull_batch_size=8)) == list(range(100))
-    assert offsets(partition(33, 70, pull_batch_size=8)) == list(range(33, 70))
+    assert offsets(broker, partition(0, 100, pull_batch_size=8)) == list(range(100))
+    assert offsets(broker, partition(33, 70, pull_batch_size=8)) == list(range(33, 70))
 
 
 @pytest.mark.parametrize("expression", ["TagB", "TagA || TagB"])
@@ -171,7 +178,7 @@ def test_a_tag_filter_pulls_one_at_a_time_from_where_the_broker_says(broker: lis
     wanted = parse_tag_expression(expression)
     assert wanted is not None
     expected = [o for o in range(10, 390) if queue.tag(o) in wanted]
-    assert offsets(partition(10, 390, expression=expression)) == expected
+    assert offsets(broker, partition(10, 390, expression=expression)) == expected
     assert queue.most_active == 1
 
 
@@ -180,31 +187,30 @@ def test_sql_filter_is_not_pulled_ahead(broker: list[FakeQueue]) -> None:
     broker.append(queue)
     part = partition(0, 200, expression="a > 1", expression_type=EXPRESSION_SQL92)
     assert not part.reads_every_message
-    assert offsets(part) == list(range(200))
+    assert offsets(broker, part) == list(range(200))
 
 
 def test_expired_offsets_fail_the_read_by_default(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(300, min_offset=100))
     with pytest.raises(DataLossError, match="deleted or expired"):
-        offsets(partition(0, 300))
+        offsets(broker, partition(0, 300))
 
 
 def test_expired_offsets_are_skipped_when_allowed(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(300, min_offset=100))
-    assert offsets(partition(0, 300, fail_on_data_loss=False)) == list(range(100, 300))
+    assert offsets(broker, partition(0, 300, fail_on_data_loss=False)) == list(range(100, 300))
 
 
 def test_offsets_the_broker_no_longer_has_are_lost_after_a_wait(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(150))
-    assert offsets(partition(100, 200, fail_on_data_loss=False)) == list(range(100, 150))
+    assert offsets(broker, partition(100, 200, fail_on_data_loss=False)) == list(range(100, 150))
 
 
-def test_a_pull_that_times_out_is_pulled_again(broker: list[FakeQueue], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("rocketmq_spark.retry.RETRY_FIRST_BACKOFF_S", 0.01)
+def test_a_pull_that_times_out_is_pulled_again(broker: list[FakeQueue]) -> None:
     queue = FakeQueue(100)
     queue.failures = [1, 1, 1]
     broker.append(queue)
-    assert offsets(partition(0, 100, pull_batch_size=10)) == list(range(100))
+    assert offsets(broker, partition(0, 100, pull_batch_size=10)) == list(range(100))
     assert not queue.failures
 
 
@@ -214,12 +220,12 @@ def test_an_error_a_retry_cannot_fix_fails_the_read(broker: list[FakeQueue]) -> 
     queue.failure = ProtocolError("broken frame")
     broker.append(queue)
     with pytest.raises(ProtocolError, match="broken frame"):
-        offsets(partition(0, 100))
+        offsets(broker, partition(0, 100))
 
 
 def test_spans_after_an_answer_that_covers_them_are_not_pulled(broker: list[FakeQueue]) -> None:
     queue = FakeQueue(200, batch=range(0, 100))
     broker.append(queue)
-    assert offsets(partition(0, 200, pull_batch_size=5)) == list(range(200))
+    assert offsets(broker, partition(0, 200, pull_batch_size=5)) == list(range(200))
     sent = [offset for offset, _ in queue.pulls]
     assert not [o for o in sent if 5 * reader.PULLS_IN_FLIGHT <= o < 100]  # nothing inside the batch

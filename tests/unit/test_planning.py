@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketmq_spark.errors import DataLossError
-from rocketmq_spark.planning import (
+from rocketmq_spark.remoting.errors import DataLossError
+from rocketmq_spark.source.planning import (
     DataLoss, QueueRange, backlog, on_data_loss, plan_ranges, rate_limit, reconcile, split_ranges,
 )
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import MessageQueue
 
 A0, A1, B0 = (MessageQueue("t", "broker-a", 0), MessageQueue("t", "broker-a", 1), MessageQueue("t", "broker-b", 0))
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark import retry
-from rocketmq_spark.errors import ConnectionFailedError, ProtocolError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError
+from rocketmq_spark.remoting.retry import DEFAULT_MAX_BACKOFF_S, Retry
+
+NO_WAIT = Retry(sleep=lambda _: None)
 
 
-def test_retriable_errors_are_retried_until_success(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(retry.time, "sleep", lambda _: None)
+def test_retriable_errors_are_retried_until_success() -> None:
     calls = []
 
     def flaky() -> str:
@@ -18,7 +19,7 @@ def test_retriable_errors_are_retried_until_success(monkeypatch: pytest.MonkeyPa
             raise ConnectionFailedError("refused")
         return "ok"
 
-    assert retry.with_retries(flaky, "test") == "ok"
+    assert NO_WAIT.call(flaky, "test") == "ok"
     assert len(calls) == 4
 
 
@@ -30,7 +31,7 @@ def test_other_errors_are_raised_at_once() -> None:
         raise ProtocolError("bad frame")
 
     with pytest.raises(ProtocolError):
-        retry.with_retries(broken, "test")
+        NO_WAIT.call(broken, "test")
     assert len(calls) == 1
 
 
@@ -42,19 +43,18 @@ def test_a_zero_budget_means_one_attempt() -> None:
         raise ConnectionFailedError("refused")
 
     with pytest.raises(ConnectionFailedError):
-        retry.with_retries(down, "test", budget_s=0)
+        NO_WAIT.once().call(down, "test")
     assert len(calls) == 1
 
 
-def test_the_budget_bounds_the_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_budget_bounds_the_waiting() -> None:
     clock = [0.0]
-    monkeypatch.setattr(retry.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(retry.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    policy = Retry(budget_s=20, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
 
     def down() -> None:
         raise ConnectionFailedError("refused")
 
     with pytest.raises(ConnectionFailedError):
-        retry.with_retries(down, "test", budget_s=20)
+        policy.call(down, "test")
     assert clock[0] <= 20
-    assert clock[0] > 20 - retry.RETRY_MAX_BACKOFF_S
+    assert clock[0] > 20 - DEFAULT_MAX_BACKOFF_S

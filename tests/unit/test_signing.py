@@ -7,7 +7,7 @@ import base64
 import hashlib
 import hmac
 
-from rocketmq_spark.signing import java_string_order, sign, signing_content
+from rocketmq_spark.remoting.signing import java_string_order, sign, signing_content
 
 FIELDS = {"topic": "TopicA", "queueId": "0", "consumerGroup": "G"}
 

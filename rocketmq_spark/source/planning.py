@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rocketmq_spark.errors import DataLossError
-from rocketmq_spark.offsets import OffsetMap
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.remoting.errors import DataLossError
+from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.model import MessageQueue
 
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,25 @@ class DataLoss:
         if self.lost_to <= self.lost_from:  # a queue that is gone: its end is unknown
             return f"{self.queue}: offsets from {self.lost_from} on {self.reason}"
         return f"{self.queue}: offsets [{self.lost_from}, {self.lost_to}) {self.reason}"
+
+    # Every kind of loss, each with its one wording, for the driver and the executors alike.
+
+    @classmethod
+    def expired(cls, queue: MessageQueue, lost_from: int, lost_to: int, min_offset: int) -> DataLoss:
+        return cls(queue, lost_from, lost_to, f"were deleted or expired (the queue now starts at {min_offset})")
+
+    @classmethod
+    def went_backwards(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
+        return cls(queue, lost_from, lost_to,
+                   f"are beyond the queue's end {max_offset}: it went backwards (topic recreated?)")
+
+    @classmethod
+    def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:
+        return cls(queue, offset, offset, "cannot be read: the queue is gone from the topic's route")
+
+    @classmethod
+    def not_served(cls, queue: MessageQueue, lost_from: int, lost_to: int) -> DataLoss:
+        return cls(queue, lost_from, lost_to, "were planned but the broker no longer has them")
 
 
 def backlog(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
@@ -128,15 +147,14 @@ def reconcile(
     losses: list[DataLoss] = []
     for queue, offset in start.items():
         if queue not in latest:
-            losses.append(DataLoss(queue, offset, offset, "cannot be read: the queue is gone from the topic's route"))
+            losses.append(DataLoss.vanished(queue, offset))
             continue
         low, high = earliest[queue], latest[queue]
         if offset < low:
-            losses.append(DataLoss(queue, offset, low, f"were deleted or expired (the queue now starts at {low})"))
+            losses.append(DataLoss.expired(queue, offset, low, low))
             fixed[queue] = low
         elif offset > high:
-            losses.append(DataLoss(queue, high, offset,
-                                   f"are beyond the queue's end {high}: it went backwards (topic recreated?)"))
+            losses.append(DataLoss.went_backwards(queue, high, offset, high))
             fixed[queue] = low
         else:
             fixed[queue] = offset
@@ -153,3 +171,17 @@ def on_data_loss(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
             f"data the query needs is gone: {detail}. If skipping it is acceptable, set "
             "failOnDataLoss=false and the query goes on from what exists.")
     log.warning("skipping data that is gone (failOnDataLoss=false): %s", detail)
+
+
+def checked_starts(start: Mapping[MessageQueue, int], earliest: Mapping[MessageQueue, int],
+                   latest: Mapping[MessageQueue, int], fail_on_data_loss: bool) -> OffsetMap:
+    """The starts of a batch after :func:`reconcile`, with the data-loss policy applied."""
+    fixed, losses = reconcile(start, earliest, latest)
+    on_data_loss(losses, fail_on_data_loss)
+    return fixed
+
+
+def plan(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int], *, min_partitions: int | None,
+         max_per_partition: int | None) -> list[QueueRange]:
+    """The ranges one batch reads, split as the options ask: the planning every reader shares."""
+    return split_ranges(plan_ranges(start, end), min_partitions=min_partitions, max_per_partition=max_per_partition)

@@ -2,39 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from rocketmq_spark.errors import ConfigurationError
-from rocketmq_spark.offset_reader import OffsetReader
-from rocketmq_spark.offsets import OffsetMap
-from rocketmq_spark.options import ENDING_OFFSETS, SourceOptions
-from rocketmq_spark.partition_reader import RocketMQPartition, make_partitions, read_partition
-from rocketmq_spark.planning import on_data_loss, plan_ranges, reconcile, split_ranges
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.offset_reader import OffsetReader
+from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.options import ENDING_OFFSETS, SourceOptions
+from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
+from rocketmq_spark.source.partition_reader import read_partition
+from rocketmq_spark.source.planning import checked_starts
 
 
 class RocketMQBatchReader(DataSourceReader):
     """Reads ``[start, end)`` of every queue, with starts and ends from the options."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions,
+                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader) -> None:
         self.options = options
+        self._open_offsets = open_offsets
 
     def partitions(self) -> Sequence[InputPartition]:
-        reader = OffsetReader(self.options)
+        reader = self._open_offsets(self.options)
         try:
             addresses = reader.queues()
             queues = sorted(addresses)
             earliest = reader.min_offsets(queues)
             latest = reader.max_offsets(queues)
-            start, losses = reconcile(reader.starting_offsets(queues), earliest, latest)
-            on_data_loss(losses, self.options.fail_on_data_loss)
+            start = checked_starts(reader.starting_offsets(queues), earliest, latest, self.options.fail_on_data_loss)
             end = self._ending_offsets(reader, queues, latest)
-            ranges = split_ranges(plan_ranges(start, end), min_partitions=self.options.min_partitions,
-                                  max_per_partition=self.options.max_messages_per_partition)
-            return make_partitions(self.options, ranges, addresses)
+            return plan_partitions(self.options, start, end, addresses.__getitem__)
         finally:
             reader.close()
 

@@ -1,8 +1,8 @@
 """Reading one queue range on an executor: pull, trim, keep exact tag matches, yield Arrow batches.
 
-A Spark task gets a ``RocketMQPartition``: a picklable description of ``[start, end)`` on one
-queue with everything needed to pull it. Reading the same range twice yields the same rows,
-which is what lets Spark's checkpoint give exactly-once output.
+A Spark task gets a ``RocketMQPartition`` (planned on the driver, ``partition.py``): ``[start,
+end)`` on one queue with everything needed to pull it. Reading the same range twice yields the
+same rows, which is what lets Spark's checkpoint give exactly-once output.
 
 Python workers are reused across tasks, so clients are cached per process and keep their
 connections from one micro-batch to the next.
@@ -14,19 +14,16 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
-from rocketmq_spark.client import EXPRESSION_TAG, ClientConfig, PendingPull, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.errors import RocketMQError
-from rocketmq_spark.options import SourceOptions
-from rocketmq_spark.planning import DataLoss, QueueRange, on_data_loss
-from rocketmq_spark.retry import with_retries
-from rocketmq_spark.route import MessageQueue
-from rocketmq_spark.schema import BatchBuilder
+from rocketmq_spark.model import ClientConfig
+from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.planning import DataLoss, on_data_loss
+from rocketmq_spark.source.rows import BatchBuilder
 
 log = logging.getLogger(__name__)
 
@@ -39,29 +36,6 @@ PULLS_IN_FLIGHT = 4
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
 MISSING_DATA_POLL_S = 0.25
-
-
-@dataclass(frozen=True)
-class RocketMQPartition(InputPartition):
-    """One Spark partition: offsets ``[start, end)`` of one queue."""
-
-    queue: MessageQueue
-    start: int
-    end: int
-    address: str
-    display_topic: str
-    client: ClientConfig
-    group: str
-    sub_expression: str
-    expression_type: str
-    tag_filter: frozenset[str] | None
-    pull_batch_size: int
-    fail_on_data_loss: bool
-
-    @property
-    def reads_every_message(self) -> bool:
-        """No filter: every offset of the range holds a message this read returns."""
-        return self.expression_type == EXPRESSION_TAG and self.tag_filter is None
 
 
 _clients: dict[ClientConfig, RocketMQClient] = {}
@@ -77,11 +51,16 @@ def shared_client(config: ClientConfig) -> RocketMQClient:
         return client
 
 
-def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order."""
+def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None, *,
+                   missing_data_wait_s: float = MISSING_DATA_WAIT_S) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order.
+
+    ``client`` defaults to this process's shared client for the partition's cluster.
+    """
     builder = BatchBuilder(part.display_topic, part.queue.broker_name, part.queue.queue_id, part.start,
                            part.end, part.tag_filter)
-    for body, low in _found_pulls(shared_client(part.client), part):
+    pulls = _found_pulls(client or shared_client(part.client), part, missing_data_wait_s)
+    for body, low in pulls:
         builder.add_pull(body, low)
         if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
             batch = builder.flush()
@@ -92,7 +71,8 @@ def read_partition(part: RocketMQPartition) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tuple[bytes, int]]:
+def _found_pulls(client: RocketMQClient, part: RocketMQPartition,
+                 missing_data_wait_s: float) -> Iterator[tuple[bytes, int]]:
     """The bodies of the range's FOUND pulls in offset order, each with the offset below which
     its messages were already handed out.
 
@@ -133,7 +113,7 @@ def _found_pulls(client: RocketMQClient, part: RocketMQPartition) -> Iterator[tu
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = _offset_moved(part, start, result)
         else:  # NO_NEW_MSG below the planned end
-            resume = _missing(client, part, start)
+            resume = _missing(client, part, start, missing_data_wait_s)
         # Start over from there; pulls still in flight are left to finish unread.
         in_flight.clear()
         accepted = requested = max(accepted, resume)
@@ -177,7 +157,7 @@ class _InFlight:
 
 
 def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> PullResult:
-    return with_retries(
+    return part.retry.call(
         lambda: client.pull(
             part.address, part.queue, offset, group=part.group, max_messages=count,
             subscription=part.sub_expression, expression_type=part.expression_type,
@@ -191,41 +171,18 @@ def _offset_moved(part: RocketMQPartition, offset: int, result: PullResult) -> i
     corrected = result.next_begin_offset
     if corrected > offset:
         lost_to = min(corrected, part.end)
-        on_data_loss([DataLoss(part.queue, offset, lost_to,
-                               f"were deleted or expired (the queue now starts at {result.min_offset})")],
-                     part.fail_on_data_loss)
+        on_data_loss([DataLoss.expired(part.queue, offset, lost_to, result.min_offset)], part.fail_on_data_loss)
         return lost_to
-    on_data_loss([DataLoss(part.queue, offset, part.end,
-                           f"are beyond the queue's end {result.max_offset}: it went backwards")],
-                 part.fail_on_data_loss)
+    on_data_loss([DataLoss.went_backwards(part.queue, offset, part.end, result.max_offset)], part.fail_on_data_loss)
     return part.end
 
 
-def _missing(client: RocketMQClient, part: RocketMQPartition, offset: int) -> int:
+def _missing(client: RocketMQClient, part: RocketMQPartition, offset: int, wait_s: float) -> int:
     """Planned offsets the broker does not (yet) serve: wait briefly, then treat them as lost."""
-    deadline = time.monotonic() + MISSING_DATA_WAIT_S
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         time.sleep(MISSING_DATA_POLL_S)
-        if with_retries(lambda: client.max_offset(part.address, part.queue), f"max offset of {part.queue}") > offset:
+        if part.retry.call(lambda: client.max_offset(part.address, part.queue), f"max offset of {part.queue}") > offset:
             return offset
-    on_data_loss([DataLoss(part.queue, offset, part.end, "were planned but the broker no longer has them")],
-                 part.fail_on_data_loss)
+    on_data_loss([DataLoss.not_served(part.queue, offset, part.end)], part.fail_on_data_loss)
     return part.end
-
-
-BATCH_READ_GROUP = "rocketmq-spark-reader"
-
-
-def make_partitions(options: SourceOptions, ranges: list[QueueRange],
-                    addresses: Mapping[MessageQueue, str]) -> list[RocketMQPartition]:
-    """Partitions for planned ranges; a read without a group pulls as ``BATCH_READ_GROUP``."""
-    return [
-        RocketMQPartition(
-            queue=r.queue, start=r.start, end=r.end, address=addresses[r.queue],
-            display_topic=options.display_topic(r.queue.topic), client=options.client,
-            group=options.consumer_group or BATCH_READ_GROUP, sub_expression=options.sub_expression,
-            expression_type=options.expression_type, tag_filter=options.tag_filter,
-            pull_batch_size=options.pull_batch_size, fail_on_data_loss=options.fail_on_data_loss,
-        )
-        for r in ranges
-    ]

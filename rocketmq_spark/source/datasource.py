@@ -5,11 +5,11 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from rocketmq_spark.batch_reader import RocketMQBatchReader
-from rocketmq_spark.errors import ConfigurationError
-from rocketmq_spark.options import parse_options
-from rocketmq_spark.schema import SCHEMA
-from rocketmq_spark.stream_reader import RocketMQStreamReader
+from rocketmq_spark.source.batch_reader import RocketMQBatchReader
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.schema import SCHEMA
+from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 
 class RocketMQDataSource(DataSource):

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketmq_spark import codes
-from rocketmq_spark.errors import ProtocolError
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import ProtocolError
 
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")

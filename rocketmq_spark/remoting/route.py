@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rocketmq_spark import codes
-from rocketmq_spark.errors import ProtocolError
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import ProtocolError
 
 MASTER_BROKER_ID = 0
 
@@ -22,18 +23,6 @@ MASTER_BROKER_ID = 0
 _BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 # A JSON string literal, escapes included.
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-
-
-@dataclass(frozen=True, order=True)
-class MessageQueue:
-    """A RocketMQ message queue: the unit of ordering, offsets and Spark partitions."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}/{self.broker_name}/{self.queue_id}"
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from rocketmq_spark.client import Boundary, RocketMQClient
-from rocketmq_spark import codes
-from rocketmq_spark.errors import BrokerResponseError, ConfigurationError, TopicNotFoundError
-from rocketmq_spark.offsets import OffsetMap
-from rocketmq_spark.options import (
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import Boundary, RocketMQClient
+from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, TopicNotFoundError
+from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.options import (
     CONSUMER_GROUP, STARTING_OFFSETS, TOPIC, ConsumeFromWhere, SourceOptions, StartingMode,
 )
-from rocketmq_spark.retry import RETRY_BUDGET_S, with_retries
-from rocketmq_spark.route import MessageQueue
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +33,7 @@ class OffsetReader:
     def __init__(self, options: SourceOptions, client: RocketMQClient | None = None) -> None:
         self.options = options
         self.client = client or RocketMQClient(options.client)
+        self.retry = options.retry
         self._addresses: dict[MessageQueue, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_REQUESTS, thread_name_prefix="rocketmq-offsets")
 
@@ -52,7 +52,7 @@ class OffsetReader:
         found: dict[MessageQueue, str] = {}
         for topic in self.options.topics:
             try:
-                route = with_retries(lambda: self.client.topic_route(topic), f"route of {topic}")
+                route = self.retry.call(lambda: self.client.topic_route(topic), f"route of {topic}")
             except TopicNotFoundError as err:
                 if missing_ok:
                     continue
@@ -76,7 +76,7 @@ class OffsetReader:
         queues = set(absent)
         if not queues:
             return set()
-        live = with_retries(self.client.live_brokers, "cluster info")
+        live = self.retry.call(self.client.live_brokers, "cluster info")
         if live is None:
             return queues
         # A broker that registered again between the routes and this answer lists its queues
@@ -96,9 +96,8 @@ class OffsetReader:
               retry: bool = True) -> dict[MessageQueue, T]:
         """``call`` for every queue in parallel, each retried (if ``retry``) while its broker is unreachable."""
         queue_list = list(queues)
-        budget = RETRY_BUDGET_S if retry else 0.0
-        results = self._pool.map(
-            lambda q: with_retries(lambda: call(self.address(q), q), f"request for {q}", budget), queue_list)
+        policy = self.retry if retry else self.retry.once()
+        results = self._pool.map(lambda q: policy.call(lambda: call(self.address(q), q), f"request for {q}"), queue_list)
         return dict(zip(queue_list, results))
 
     # ----------------------------------------------------------------- offsets

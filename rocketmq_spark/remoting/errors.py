@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from rocketmq_spark import codes
+from rocketmq_spark.remoting import codes
 
 
 class RocketMQError(Exception):

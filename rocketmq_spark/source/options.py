@@ -15,11 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rocketmq_spark.client import EXPRESSION_SQL92, EXPRESSION_TAG, ClientConfig, Credentials
-from rocketmq_spark.client import parse_name_servers
-from rocketmq_spark.errors import ConfigurationError
-from rocketmq_spark.message import SUBSCRIBE_ALL, parse_tag_expression
-from rocketmq_spark.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
+from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
 
 # Option names exactly as documented; matching is case-insensitive.
 NAME_SERVER = "nameServer"
@@ -73,6 +72,29 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_0
                 "h": 3_600_000, "d": 86_400_000}
 
 
+# Java's String.trim() strips every char <= U+0020, not Unicode whitespace.
+_JAVA_TRIM_CHARS = "".join(map(chr, range(0x21)))
+TAG_EXPRESSION_SEPARATOR = "||"
+
+
+def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
+    """The tag set of a subscription, like ``FilterAPI.buildSubscriptionData``.
+
+    None means every message (empty or ``*``). Otherwise the expression is split on ``||``, each
+    tag trimmed and empty ones dropped; an expression of separators only gives an empty set,
+    which matches nothing on the broker.
+    """
+    if not expression or expression == SUBSCRIBE_ALL:
+        return None
+    tags = (tag.strip(_JAVA_TRIM_CHARS) for tag in expression.split(TAG_EXPRESSION_SEPARATOR))
+    return frozenset(tag for tag in tags if tag)
+
+
+def parse_name_servers(value: str) -> tuple[str, ...]:
+    """RocketMQ's namesrvAddr syntax: ``host:port;host:port`` (commas accepted as well)."""
+    return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())
+
+
 class ConsumeFromWhere(enum.Enum):
     """Where a queue starts when the group has no stored offset on it (RocketMQ's names)."""
 
@@ -113,6 +135,8 @@ class SourceOptions:
     commit_offsets: bool
     pull_batch_size: int
     namespace: str | None
+    # How long the driver and the tasks retry what a retry can fix (a broker restarting).
+    retry: Retry = Retry()
 
     @property
     def tag_filter(self) -> frozenset[str] | None:

@@ -18,17 +18,14 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import RemotingCommand
-from rocketmq_spark.connection import Connection, ConnectionFactory, ConnectionPool, Reply
-from rocketmq_spark.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
-from rocketmq_spark.message import SUBSCRIBE_ALL
-from rocketmq_spark.route import MessageQueue, TopicRoute, parse_live_brokers, parse_route
-from rocketmq_spark.signing import sign
+from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.connection import Connection, ConnectionFactory, ConnectionPool, Reply
+from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
+from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
+from rocketmq_spark.remoting.signing import sign
 
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-EXPRESSION_TAG = "TAG"
-EXPRESSION_SQL92 = "SQL92"
 PERM_READ_WRITE = codes.PERM_READ | codes.PERM_WRITE
 
 
@@ -62,7 +59,7 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    body: bytes  # raw message records, decoded by rocketmq_spark.message
+    body: bytes  # raw message records, decoded by rocketmq_spark.records.walk
     suggest_which_broker_id: int
 
 
@@ -105,28 +102,6 @@ class PendingPull:
             body=response.body,
             suggest_which_broker_id=int(response.ext_fields.get("suggestWhichBrokerId", 0)),
         )
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """ACL credentials; with them every request is signed."""
-
-    access_key: str
-    secret_key: str
-    security_token: str | None = None
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    name_servers: tuple[str, ...]
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
-    credentials: Credentials | None = None
-    tls: bool = False
-
-
-def parse_name_servers(value: str) -> tuple[str, ...]:
-    """RocketMQ's namesrvAddr syntax: ``host:port;host:port`` (commas accepted as well)."""
-    return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())
 
 
 def _tls_context() -> ssl.SSLContext:

@@ -21,9 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from rocketmq_spark import codes
-from rocketmq_spark.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
-from rocketmq_spark.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
 
 RECEIVE_CHUNK_BYTES = 1024 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024

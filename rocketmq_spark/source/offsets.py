@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import MessageQueue
 
 OffsetMap = dict[MessageQueue, int]
 NAMESPACE_SEPARATOR = "%"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -20,13 +20,14 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
 )
 
-from rocketmq_spark.errors import RocketMQError
-from rocketmq_spark.offset_reader import OffsetReader
-from rocketmq_spark.offsets import OffsetMap, from_spark, to_spark
-from rocketmq_spark.options import SourceOptions
-from rocketmq_spark.partition_reader import RocketMQPartition, make_partitions, read_partition
-from rocketmq_spark.planning import backlog, on_data_loss, plan_ranges, rate_limit, reconcile, split_ranges
-from rocketmq_spark.route import MessageQueue
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.source.offset_reader import OffsetReader
+from rocketmq_spark.source.offsets import OffsetMap, from_spark, to_spark
+from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
+from rocketmq_spark.source.partition_reader import read_partition
+from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,10 @@ def _now_ms() -> int:
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streams the source's topics as offset ranges per queue, with admission control."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions,
+                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader) -> None:
         self.options = options
+        self._open_offsets = open_offsets
         self._reader: OffsetReader | None = None
         self._stored: OffsetMap = {}
         self._latest: OffsetMap = {}
@@ -57,7 +60,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def offsets(self) -> OffsetReader:
         if self._reader is None:
-            self._reader = OffsetReader(self.options)
+            self._reader = self._open_offsets(self.options)
         return self._reader
 
     # ---------------------------------------------------------------- offsets
@@ -96,8 +99,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Queues that appeared since the query started are read from their first message.
         full_start = {q: start_map.get(q, earliest[q]) for q in latest}
         full_start.update({q: o for q, o in start_map.items() if q not in latest and q not in carried})
-        fixed, losses = reconcile(full_start, earliest, latest)
-        on_data_loss(losses, self.options.fail_on_data_loss)
+        fixed = checked_starts(full_start, earliest, latest, self.options.fail_on_data_loss)
 
         if isinstance(limit, ReadAllAvailable):
             end = latest
@@ -130,10 +132,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         renew = [q for q in end_map if q not in start_map or start_map[q] > end_map[q]]
         earliest = self.offsets.min_offsets(renew) if renew else {}
         full_start = {q: earliest.get(q, start_map.get(q, 0)) for q in end_map}
-        ranges = split_ranges(plan_ranges(full_start, end_map), min_partitions=self.options.min_partitions,
-                              max_per_partition=self.options.max_messages_per_partition)
-        addresses = {r.queue: self.offsets.address(r.queue) for r in ranges}
-        return make_partitions(self.options, ranges, addresses)
+        return plan_partitions(self.options, full_start, end_map, self.offsets.address)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketMQPartition)

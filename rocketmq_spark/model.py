@@ -1,0 +1,46 @@
+"""The plain values every layer shares: queues, client settings, subscription words. No I/O.
+
+They sit below the remoting, records and source packages so that, for example, the options can
+describe a client without importing the network code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+# A subscription that takes every message, and the two expression languages a pull can carry.
+SUBSCRIBE_ALL = "*"
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """A RocketMQ message queue: the unit of ordering and offsets."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker_name}/{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """ACL credentials; with them every request is signed."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to reach the cluster. Hashable, so each process keeps one client per config."""
+
+    name_servers: tuple[str, ...]
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+    credentials: Credentials | None = None
+    tls: bool = False

@@ -1,0 +1,90 @@
+"""The one place that chooses how a pull body is decoded.
+
+Bodies whose records all fit the common layout (``columnar.scan_records`` finds them) wait and are
+decoded together in bulk; any other body is walked record by record as it arrives, and a batch the
+bulk decoder refuses is walked too. Either way the Arrow columns are built once per decode, for
+all the bodies waiting, and the order of the bodies is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from rocketmq_spark.records.columnar import NotTaken, decode_bulk, scan_records
+from rocketmq_spark.records.columns import ArrowColumns, from_walked, walk_columns
+from rocketmq_spark.records.walk import Walked, walk
+
+
+class Decoded(NamedTuple):
+    """The messages of the bodies added, in order, and the index of the body each came from."""
+
+    columns: ArrowColumns
+    body_index: np.ndarray
+
+
+class _Run(NamedTuple):
+    """Consecutive bodies decoded the same way: ``starts`` per body for the bulk decoder, or
+    ``walked`` per body for the per-record one."""
+
+    first: int
+    bodies: list[bytes]
+    starts: list[list[int]] | None
+    walked: list[Walked] | None
+
+
+class PullDecoder:
+    """Takes pull bodies one by one and decodes them when asked, in bulk where it can."""
+
+    def __init__(self) -> None:
+        self._added = 0
+        self._runs: list[_Run] = []
+
+    def add(self, body: bytes) -> int:
+        """Take one body; returns how many messages it holds."""
+        starts = scan_records(body)
+        bulk = starts is not None
+        last = self._runs[-1] if self._runs else None
+        if last is None or (last.starts is not None) != bulk:
+            last = _Run(self._added, [], [] if bulk else None, None if bulk else [])
+            self._runs.append(last)
+        self._added += 1
+        last.bodies.append(body)
+        if starts is not None:
+            assert last.starts is not None
+            last.starts.append(starts)
+            return len(starts)
+        walked = walk(body)
+        assert last.walked is not None
+        last.walked.append(walked)
+        return len(walked.rows)
+
+    def decode(self) -> Decoded:
+        """Every message added since the last call; the decoder starts empty again."""
+        runs, self._runs, self._added = self._runs, [], 0
+        if not runs:
+            return Decoded(walk_columns(b""), np.zeros(0, np.int64))
+        parts = [_decode(run) for run in runs]
+        return Decoded(ArrowColumns.concat([c for c, _ in parts]), np.concatenate([i for _, i in parts]))
+
+
+def _decode(run: _Run) -> tuple[ArrowColumns, np.ndarray]:
+    indices = np.arange(run.first, run.first + len(run.bodies), dtype=np.int64)
+    walked = run.walked
+    if run.starts is not None:
+        try:
+            return decode_bulk(run.bodies, run.starts), np.repeat(indices, [len(s) for s in run.starts])
+        except NotTaken:  # an inconsistent record: the per-record decoder names the exact error
+            walked = [walk(body) for body in run.bodies]
+    assert walked is not None
+    return from_walked(Walked.join(walked)), np.repeat(indices, [len(w.rows) for w in walked])
+
+
+def decode_pulls(bodies: Sequence[bytes]) -> ArrowColumns:
+    """The messages of these pull bodies, in order, decoded as the Spark reader decodes them."""
+    decoder = PullDecoder()
+    for body in bodies:
+        decoder.add(body)
+    return decoder.decode().columns
