@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, run_tool
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.errors import error_for_response
 
 QUERY_TIMEOUT_S = 300
 
@@ -50,16 +53,34 @@ def spark_offsets(nested: str | dict[str, Any], topic: str) -> dict[tuple[str, i
     return {(broker, int(q)): offset for broker, queues in nested[topic].items() for q, offset in queues.items()}
 
 
-def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: str | None = None) -> None:
+def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: str | Sequence[str] | None = None,
+                 *extra: str) -> None:
+    """Create the topic with the official admin client, on the named brokers (default: every one)."""
     args = ["--topic", topic, "--queues", str(queues)]
     if brokers:
-        args += ["--brokers", brokers]
-    rocketmq.tool("create-topic", *args)
+        args += ["--brokers", brokers if isinstance(brokers, str) else ",".join(brokers)]
+    rocketmq.tool("create-topic", *args, *extra)
 
 
-def produce(rocketmq: ClusterHandle, topic: str, count: int, *args: str) -> list[dict[str, Any]]:
-    """Send ``count`` messages with the official producer; one dict per message sent."""
-    return rocketmq.tool("produce", "--topic", topic, "--count", str(count), *args)
+def produce(rocketmq: ClusterHandle, topic: str, count: int, *args: str, broker: str | None = None,
+            queue: int | None = None) -> list[dict[str, Any]]:
+    """Send ``count`` messages with the official producer, to one queue when ``broker`` and
+    ``queue`` are given; one dict per message sent (none with ``--quiet``)."""
+    target = [] if broker is None else ["--broker", broker, "--queue", str(queue)]
+    return rocketmq.tool("produce", "--topic", topic, "--count", str(count), *target, *args)
+
+
+def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, queues: int, broker_name: str) -> None:
+    """Create a topic with a plain UPDATE_AND_CREATE_TOPIC request, as admin tools send it."""
+    fields = {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+        "perm": codes.PERM_READ | codes.PERM_WRITE, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+        "order": False, "bname": broker_name,
+    }
+    response = client.invoke(address, codes.UPDATE_AND_CREATE_TOPIC, fields)
+    if response.code != codes.SUCCESS:
+        raise error_for_response(response.code, response.remark, request_code=codes.UPDATE_AND_CREATE_TOPIC,
+                                 address=address)
 
 
 def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, **options: str) -> Any:

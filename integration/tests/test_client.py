@@ -14,14 +14,15 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from integration.support import ClusterHandle
+from integration import support
+from integration.support import ClusterHandle, create_topic, create_topic_on_broker
 from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
@@ -124,16 +125,10 @@ def produce_to(rocketmq: ClusterHandle, target: Target, count: int, *extra: str)
     return produce(rocketmq, target.topic, count, *extra, broker=target.broker, queue=target.queue_id)
 
 
-def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = QUEUES_PER_BROKER,
-                 brokers: Sequence[str] = BROKERS, *extra: str) -> None:
-    rocketmq.tool("create-topic", "--topic", topic, "--queues", str(queues), "--brokers", ",".join(brokers), *extra)
-
-
 def produce(rocketmq: ClusterHandle, topic: str, count: int, *extra: str, broker: str | None = BROKER_A,
             queue: int | None = 0) -> list[Row]:
     """Send with the official producer (to one queue unless broker is None); its report, checked."""
-    target = [] if broker is None else ["--broker", broker, "--queue", str(queue)]
-    rows = rocketmq.tool("produce", "--topic", topic, "--count", str(count), "--print-body", *target, *extra)
+    rows = support.produce(rocketmq, topic, count, "--print-body", *extra, broker=broker, queue=queue)
     assert len(rows) == count
     assert {row["status"] for row in rows} == {"SEND_OK"}
     return rows
@@ -703,7 +698,7 @@ def test_a_topic_created_by_the_client_takes_messages_from_the_official_producer
     topic = unique("it-created")
     queues = 2
 
-    client.create_topic(address, topic, queues, broker_name=BROKER_A)
+    create_topic_on_broker(client, address, topic, queues, BROKER_A)
 
     # Exactly the topic the client asked for (not one auto-created from TBW102 by a send).
     deadline = time.monotonic() + ROUTE_WAIT_S

@@ -26,7 +26,6 @@ from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError, R
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
 
-PERM_READ_WRITE = codes.PERM_READ | codes.PERM_WRITE
 
 
 class PullStatus(enum.Enum):
@@ -60,7 +59,6 @@ class PullResult:
     min_offset: int
     max_offset: int
     body: bytes  # raw message records, decoded by rocketmq_spark.records.walk
-    suggest_which_broker_id: int
 
 
 def _accepted(response: RemotingCommand, code: int, address: str, accept: Sequence[int]) -> RemotingCommand:
@@ -100,7 +98,6 @@ class PendingPull:
             min_offset=_int_field(response, "minOffset"),
             max_offset=_int_field(response, "maxOffset"),
             body=response.body,
-            suggest_which_broker_id=int(response.ext_fields.get("suggestWhichBrokerId", 0)),
         )
 
 
@@ -343,14 +340,3 @@ class RocketMQClient:
     def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
         return _int_field(self._call(address, codes.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
-
-    def create_topic(
-        self, address: str, topic: str, queues: int, perm: int = PERM_READ_WRITE, broker_name: str | None = None
-    ) -> None:
-        """Create or update a topic on one broker (used by tests and tooling, never by the source)."""
-        fields = {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
-            "bname": broker_name,
-        }
-        self._call(address, codes.UPDATE_AND_CREATE_TOPIC, fields)

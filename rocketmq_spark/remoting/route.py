@@ -31,7 +31,6 @@ class QueueData:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
-    topic_sys_flag: int
 
     @property
     def readable(self) -> bool:
@@ -40,7 +39,6 @@ class QueueData:
 
 @dataclass(frozen=True)
 class BrokerData:
-    cluster: str
     broker_name: str
     addresses: dict[int, str]
 
@@ -108,7 +106,7 @@ def parse_live_brokers(body: bytes) -> frozenset[str]:
 
 
 def parse_route(topic: str, body: bytes) -> TopicRoute:
-    """TopicRouteData JSON into a TopicRoute; 4.x ``topicSynFlag`` is accepted as well."""
+    """TopicRouteData JSON into a TopicRoute."""
     data = _load(body)
     try:
         queue_datas = tuple(
@@ -117,13 +115,11 @@ def parse_route(topic: str, body: bytes) -> TopicRoute:
                 read_queue_nums=int(q["readQueueNums"]),
                 write_queue_nums=int(q["writeQueueNums"]),
                 perm=int(q["perm"]),
-                topic_sys_flag=int(q.get("topicSysFlag", q.get("topicSynFlag", 0))),
             )
             for q in data.get("queueDatas") or []
         )
         brokers = {
             str(b["brokerName"]): BrokerData(
-                cluster=str(b.get("cluster", "")),
                 broker_name=str(b["brokerName"]),
                 addresses={int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
             )

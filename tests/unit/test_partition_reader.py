@@ -75,9 +75,9 @@ class FakeQueue:
             raise self.failure
         if offset < self.min_offset or offset > self.max_offset:
             corrected = self.min_offset if offset < self.min_offset else self.max_offset
-            return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"", 0)
+            return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"")
         if offset == self.max_offset:
-            return PullResult(PullStatus.NO_NEW_MSG, offset, self.min_offset, self.max_offset, b"", 0)
+            return PullResult(PullStatus.NO_NEW_MSG, offset, self.min_offset, self.max_offset, b"")
         wanted = parse_tag_expression(subscription) if expression_type == EXPRESSION_TAG else None
         records: list[bytes] = []
         found = 0
@@ -93,7 +93,7 @@ class FakeQueue:
             scanned += len(span)
             at = span.stop
         status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records), 0)
+        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records))
 
 
 
