@@ -107,7 +107,7 @@ class Capture:
 
     def raw_pull(self, topic: str, group: str, address: str | None = None) -> bytes:
         """The whole response frame, length field included, exactly as the broker sent it."""
-        command = RemotingCommand.request(codes.PULL_MESSAGE, {
+        command = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, {
             "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": PULL_BATCH,
             "sysFlag": codes.PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subscription": "*", "subVersion": 0, "expressionType": "TAG", "bname": BROKER,
@@ -155,7 +155,7 @@ def plain(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     frame = cap.raw_pull(topic, cap.name("capture-group"))
     return frame, {
         "frame": True,
-        "response": {"code": codes.SUCCESS, "remark": "FOUND", "opaque": REQUEST_OPAQUE,
+        "response": {"code": codes.ResponseCode.SUCCESS, "remark": "FOUND", "opaque": REQUEST_OPAQUE,
                      "nextBeginOffset": offsets["maxOffset"], "minOffset": offsets["minOffset"],
                      "maxOffset": offsets["maxOffset"]},
         "messages": official,
@@ -187,7 +187,7 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
         "delayLevel": SEND_BACK_DELAY_LEVEL, "originMsgId": sent["msgId"], "originTopic": source,
         "unitMode": False, "maxReconsumeTimes": MAX_RECONSUME_TIMES, "bname": BROKER,
     })
-    if response.code != codes.SUCCESS:
+    if response.code != codes.ResponseCode.SUCCESS:
         raise RuntimeError(f"send-back refused: {response.code} {response.remark}")
     retry_queue = MessageQueue(retry_topic, BROKER, 0)
     deadline = time.monotonic() + RETRY_WAIT_S

@@ -77,9 +77,9 @@ def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, que
         "perm": codes.PERM_READ | codes.PERM_WRITE, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
         "order": False, "bname": broker_name,
     }
-    response = client.invoke(address, codes.UPDATE_AND_CREATE_TOPIC, fields)
-    if response.code != codes.SUCCESS:
-        raise error_for_response(response.code, response.remark, request_code=codes.UPDATE_AND_CREATE_TOPIC,
+    response = client.invoke(address, codes.RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+    if response.code != codes.ResponseCode.SUCCESS:
+        raise error_for_response(response.code, response.remark, request_code=codes.RequestCode.UPDATE_AND_CREATE_TOPIC,
                                  address=address)
 
 

@@ -151,7 +151,7 @@ def test_the_broker_refuses_bad_or_missing_credentials(
     with acl.client(credentials) as client:
         with pytest.raises(AuthenticationError) as caught:
             BROKER_CALLS[call](client, ACL_BROKER_ADDR, acl.queue)
-    assert caught.value.code == codes.NO_PERMISSION
+    assert caught.value.code == codes.ResponseCode.NO_PERMISSION
     assert caught.value.remark == remark
     assert caught.value.retriable is False
 

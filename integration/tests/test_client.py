@@ -275,7 +275,7 @@ def test_unknown_topic_is_topic_not_found_and_not_retriable(
 ) -> None:
     with pytest.raises(TopicNotFoundError) as caught:
         client.topic_route(unique("it-no-such-topic"))
-    assert caught.value.code == codes.TOPIC_NOT_EXIST
+    assert caught.value.code == codes.ResponseCode.TOPIC_NOT_EXIST
     assert caught.value.retriable is False
 
 
@@ -653,7 +653,7 @@ def test_committing_for_a_group_the_broker_never_saw_is_refused(
 
     with pytest.raises(BrokerResponseError) as caught:
         client.update_consumer_offset(target.address, target.queue, unique("it-group"), 1)
-    assert caught.value.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert caught.value.code == codes.ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
 
 
 # ---------------------------------------------------------------------- search by time
@@ -788,7 +788,7 @@ def test_the_proxy_does_not_serve_earliest_store_time(
 
     with pytest.raises(BrokerResponseError) as caught:
         proxy_client.earliest_store_time(address, queue)
-    assert caught.value.code == codes.REQUEST_CODE_NOT_SUPPORTED
+    assert caught.value.code == codes.ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert caught.value.retriable is False
 
 

@@ -38,10 +38,10 @@ class PullStatus(enum.Enum):
 
 
 _PULL_STATUS_BY_CODE = {
-    codes.SUCCESS: PullStatus.FOUND,
-    codes.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    codes.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    codes.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+    codes.ResponseCode.SUCCESS: PullStatus.FOUND,
+    codes.ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    codes.ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    codes.ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
 
@@ -91,7 +91,7 @@ class PendingPull:
         self._address = address
 
     def result(self) -> PullResult:
-        response = _accepted(self._reply.result(), codes.PULL_MESSAGE, self._address, _PULL_CODES)
+        response = _accepted(self._reply.result(), codes.RequestCode.PULL_MESSAGE, self._address, _PULL_CODES)
         return PullResult(
             status=_PULL_STATUS_BY_CODE[response.code],
             next_begin_offset=_int_field(response, "nextBeginOffset"),
@@ -194,7 +194,7 @@ class RocketMQClient:
         code: int,
         fields: Mapping[str, object] | None = None,
         *,
-        accept: Sequence[int] = (codes.SUCCESS,),
+        accept: Sequence[int] = (codes.ResponseCode.SUCCESS,),
         body: bytes = b"",
         timeout: float | None = None,
     ) -> RemotingCommand:
@@ -204,15 +204,15 @@ class RocketMQClient:
 
     def topic_route(self, topic: str) -> TopicRoute:
         """The topic's route, asking each name server in turn until one answers."""
-        response = self._ask_name_servers(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
+        response = self._ask_name_servers(codes.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
         return parse_route(topic, response.body)
 
     def live_brokers(self) -> frozenset[str] | None:
         """Brokers registered with the name server now, or None where that cannot be asked (a proxy)."""
         try:
-            response = self._ask_name_servers(codes.GET_BROKER_CLUSTER_INFO, {})
+            response = self._ask_name_servers(codes.RequestCode.GET_BROKER_CLUSTER_INFO, {})
         except BrokerResponseError as err:
-            if err.code == codes.REQUEST_CODE_NOT_SUPPORTED:
+            if err.code == codes.ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 return None
             raise
         return parse_live_brokers(response.body)
@@ -289,7 +289,7 @@ class RocketMQClient:
             "bname": queue.broker_name,
         }
         timeout = self.config.request_timeout + suspend_timeout_ms / 1000
-        reply = self.submit(address, codes.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
+        reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
 
     def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
@@ -304,9 +304,9 @@ class RocketMQClient:
             "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
             "setZeroIfNotFound": False, "bname": queue.broker_name,
         }
-        response = self._call(address, codes.QUERY_CONSUMER_OFFSET, fields,
-                              accept=(codes.SUCCESS, codes.QUERY_NOT_FOUND))
-        if response.code == codes.QUERY_NOT_FOUND:
+        response = self._call(address, codes.RequestCode.QUERY_CONSUMER_OFFSET, fields,
+                              accept=(codes.ResponseCode.SUCCESS, codes.ResponseCode.QUERY_NOT_FOUND))
+        if response.code == codes.ResponseCode.QUERY_NOT_FOUND:
             return None
         return _int_field(response, "offset")
 
@@ -316,16 +316,16 @@ class RocketMQClient:
             "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
             "commitOffset": offset, "bname": queue.broker_name,
         }
-        self._call(address, codes.UPDATE_CONSUMER_OFFSET, fields)
+        self._call(address, codes.RequestCode.UPDATE_CONSUMER_OFFSET, fields)
 
     def min_offset(self, address: str, queue: MessageQueue) -> int:
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.GET_MIN_OFFSET, fields), "offset")
+        return _int_field(self._call(address, codes.RequestCode.GET_MIN_OFFSET, fields), "offset")
 
     def max_offset(self, address: str, queue: MessageQueue) -> int:
         """The offset the next message will get (one past the last stored)."""
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "committed": True, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.GET_MAX_OFFSET, fields), "offset")
+        return _int_field(self._call(address, codes.RequestCode.GET_MAX_OFFSET, fields), "offset")
 
     def search_offset(
         self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
@@ -335,8 +335,8 @@ class RocketMQClient:
             "topic": queue.topic, "queueId": queue.queue_id, "timestamp": timestamp_ms,
             "boundaryType": boundary.value, "bname": queue.broker_name,
         }
-        return _int_field(self._call(address, codes.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
+        return _int_field(self._call(address, codes.RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
 
     def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
         fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
+        return _int_field(self._call(address, codes.RequestCode.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")

@@ -8,6 +8,7 @@ are byte-for-byte what a Java client would send.
 
 from __future__ import annotations
 
+import enum
 from typing import Final
 
 # --------------------------------------------------------------------------
@@ -62,89 +63,102 @@ LANGUAGE_DEFAULT_PEER: Final = "JAVA"
 # --------------------------------------------------------------------------
 # Request codes (RequestCode).
 # --------------------------------------------------------------------------
-SEND_MESSAGE: Final = 10
-PULL_MESSAGE: Final = 11
-QUERY_CONSUMER_OFFSET: Final = 14
-UPDATE_CONSUMER_OFFSET: Final = 15
-UPDATE_AND_CREATE_TOPIC: Final = 17
-SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
-GET_MAX_OFFSET: Final = 30
-GET_MIN_OFFSET: Final = 31
-GET_EARLIEST_MSG_STORETIME: Final = 32
-HEART_BEAT: Final = 34
-UNREGISTER_CLIENT: Final = 35
-GET_CONSUMER_LIST_BY_GROUP: Final = 38
-NOTIFY_CONSUMER_IDS_CHANGED: Final = 40
-GET_ALL_CONSUMER_OFFSET: Final = 43
-GET_ROUTEINFO_BY_TOPIC: Final = 105
-GET_BROKER_CLUSTER_INFO: Final = 106
-GET_CONSUME_STATS: Final = 208
-DELETE_TOPIC_IN_BROKER: Final = 215
-SEND_MESSAGE_V2: Final = 310
-LITE_PULL_MESSAGE: Final = 361
+
+
+class RequestCode(enum.IntEnum):
+    """Request codes (``RequestCode``); a member prints as its Java name."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_CONSUME_STATS = 208
+    DELETE_TOPIC_IN_BROKER = 215
+    SEND_MESSAGE_V2 = 310
+    LITE_PULL_MESSAGE = 361
+
 
 # --------------------------------------------------------------------------
-# Response codes (RemotingSysResponseCode and ResponseCode). Keep this block
-# contiguous: ``response_code_name`` is built from exactly these names.
+# Response codes.
 # --------------------------------------------------------------------------
-_NAMES_BEFORE_RESPONSE_CODES: Final = frozenset(globals())
 
-SUCCESS: Final = 0
-SYSTEM_ERROR: Final = 1
-SYSTEM_BUSY: Final = 2
-REQUEST_CODE_NOT_SUPPORTED: Final = 3
-TRANSACTION_FAILED: Final = 4
-FLUSH_DISK_TIMEOUT: Final = 10
-SLAVE_NOT_AVAILABLE: Final = 11
-FLUSH_SLAVE_TIMEOUT: Final = 12
-MESSAGE_ILLEGAL: Final = 13
-SERVICE_NOT_AVAILABLE: Final = 14
-VERSION_NOT_SUPPORTED: Final = 15
-NO_PERMISSION: Final = 16
-TOPIC_NOT_EXIST: Final = 17
-TOPIC_EXIST_ALREADY: Final = 18
-PULL_NOT_FOUND: Final = 19
-PULL_RETRY_IMMEDIATELY: Final = 20
-PULL_OFFSET_MOVED: Final = 21
-QUERY_NOT_FOUND: Final = 22
-SUBSCRIPTION_PARSE_FAILED: Final = 23
-SUBSCRIPTION_NOT_EXIST: Final = 24
-SUBSCRIPTION_NOT_LATEST: Final = 25
-SUBSCRIPTION_GROUP_NOT_EXIST: Final = 26
-FILTER_DATA_NOT_EXIST: Final = 27
-FILTER_DATA_NOT_LATEST: Final = 28
-INVALID_PARAMETER: Final = 29
-TRANSACTION_SHOULD_COMMIT: Final = 200
-TRANSACTION_SHOULD_ROLLBACK: Final = 201
-TRANSACTION_STATE_UNKNOW: Final = 202
-TRANSACTION_STATE_GROUP_WRONG: Final = 203
-NO_BUYER_ID: Final = 204
-NOT_IN_CURRENT_UNIT: Final = 205
-CONSUMER_NOT_ONLINE: Final = 206
-CONSUME_MSG_TIMEOUT: Final = 207
-NO_MESSAGE: Final = 208
-POLLING_FULL: Final = 209
-POLLING_TIMEOUT: Final = 210
-BROKER_NOT_EXIST: Final = 211
-BROKER_DISPATCH_NOT_COMPLETE: Final = 212
-BROADCAST_CONSUMPTION: Final = 213
-FLOW_CONTROL: Final = 215
-NOT_LEADER_FOR_QUEUE: Final = 501
-ILLEGAL_OPERATION: Final = 604
-GO_AWAY: Final = 1500
-USER_NOT_EXIST: Final = 3001
-POLICY_NOT_EXIST: Final = 3002
 
-_RESPONSE_CODE_NAMES: Final[dict[int, str]] = {
-    value: name
-    for name, value in list(globals().items())
-    if name not in _NAMES_BEFORE_RESPONSE_CODES and not name.startswith("_")
-}
+class ResponseCode(enum.IntEnum):
+    """Response codes (``RemotingSysResponseCode`` and ``ResponseCode``)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29
+    TRANSACTION_SHOULD_COMMIT = 200
+    TRANSACTION_SHOULD_ROLLBACK = 201
+    TRANSACTION_STATE_UNKNOW = 202
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    NO_BUYER_ID = 204
+    NOT_IN_CURRENT_UNIT = 205
+    CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+    BROKER_NOT_EXIST = 211
+    BROKER_DISPATCH_NOT_COMPLETE = 212
+    BROADCAST_CONSUMPTION = 213
+    FLOW_CONTROL = 215
+    NOT_LEADER_FOR_QUEUE = 501
+    ILLEGAL_OPERATION = 604
+    GO_AWAY = 1500
+    USER_NOT_EXIST = 3001
+    POLICY_NOT_EXIST = 3002
 
 
 def response_code_name(code: int) -> str | None:
     """The Java constant name of a response code, or None when unknown."""
-    return _RESPONSE_CODE_NAMES.get(code)
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return None
+
+
+def request_code_name(code: int) -> str | None:
+    """The Java constant name of a request code, or None when unknown."""
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------

@@ -236,7 +236,7 @@ class Reply:
         except ProtocolError:
             self._conn.close()
             raise
-        if response.code == codes.GO_AWAY:
+        if response.code == codes.ResponseCode.GO_AWAY:
             self._conn.close()
         return response
 

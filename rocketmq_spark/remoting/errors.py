@@ -59,7 +59,7 @@ class DataLossError(RocketMQError):
 # is going away and asks the client to use another connection. FLOW_CONTROL is
 # the busy signal the Java pull consumers back off on.
 RETRIABLE_RESPONSE_CODES: frozenset[int] = frozenset(
-    {codes.SYSTEM_BUSY, codes.FLOW_CONTROL, codes.GO_AWAY}
+    {codes.ResponseCode.SYSTEM_BUSY, codes.ResponseCode.FLOW_CONTROL, codes.ResponseCode.GO_AWAY}
 )
 
 
@@ -144,10 +144,10 @@ def error_for_response(
     when its remark matches those messages.
     """
     cls: type[BrokerResponseError] = BrokerResponseError
-    if code == codes.NO_PERMISSION:
+    if code == codes.ResponseCode.NO_PERMISSION:
         cls = AuthenticationError
-    elif code == codes.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark):
+    elif code == codes.ResponseCode.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark):
         cls = AuthenticationError
-    elif code == codes.TOPIC_NOT_EXIST:
+    elif code == codes.ResponseCode.TOPIC_NOT_EXIST:
         cls = TopicNotFoundError
     return cls(code, remark, request_code=request_code, address=address)

@@ -135,7 +135,7 @@ class OffsetReader:
         try:
             self.client.update_consumer_offset(address, queue, group, offset)
         except BrokerResponseError as err:
-            if err.code != codes.SUBSCRIPTION_GROUP_NOT_EXIST:
+            if err.code != codes.ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                 raise
             # A broker refuses offsets of a group it has never seen, and creates the group on its
             # first pull (autoCreateSubscriptionGroup). An empty pull at the offset costs nothing.

@@ -54,7 +54,7 @@ BINARY_RESPONSE_FRAME = bytes.fromhex(
 
 def test_json_request_frame_golden_bytes() -> None:
     command = RemotingCommand.request(
-        codes.GET_MAX_OFFSET, {"topic": "TopicA", "queueId": 3, "committed": True, "bname": None}
+        codes.RequestCode.GET_MAX_OFFSET, {"topic": "TopicA", "queueId": 3, "committed": True, "bname": None}
     )
     command.opaque = 7
     assert len(JSON_REQUEST_HEADER) == 0xA2
@@ -63,7 +63,7 @@ def test_json_request_frame_golden_bytes() -> None:
 
 def test_request_fields_are_stringified_like_java() -> None:
     command = RemotingCommand.request(
-        codes.PULL_MESSAGE,
+        codes.RequestCode.PULL_MESSAGE,
         {"a": True, "b": False, "c": 0, "d": -12, "e": "x", "f": None, "g": 2**40},
     )
     assert command.ext_fields == {
@@ -72,12 +72,12 @@ def test_request_fields_are_stringified_like_java() -> None:
     assert command.language == "PYTHON"
     assert command.version == codes.PROTOCOL_VERSION == 401
     assert not command.is_response and not command.is_oneway
-    assert RemotingCommand.request(codes.HEART_BEAT, None, b"{}").ext_fields == {}
+    assert RemotingCommand.request(codes.RequestCode.HEART_BEAT, None, b"{}").ext_fields == {}
 
 
 def test_json_frame_with_remark_and_body() -> None:
     command = RemotingCommand(
-        code=codes.SEND_MESSAGE, opaque=9, flag=codes.FLAG_ONEWAY, remark="é", body=b"hi"
+        code=codes.RequestCode.SEND_MESSAGE, opaque=9, flag=codes.FLAG_ONEWAY, remark="é", body=b"hi"
     )
     frame = encode_frame(command)
     (total, word) = struct.unpack_from(">ii", frame)
@@ -94,7 +94,7 @@ def test_json_frame_with_remark_and_body() -> None:
 def test_json_response_frame_decodes() -> None:
     response = decode_frame(JSON_RESPONSE_PAYLOAD)
     assert response == RemotingCommand(
-        code=codes.SUCCESS,
+        code=codes.ResponseCode.SUCCESS,
         opaque=7,
         flag=codes.FLAG_RESPONSE,
         language="JAVA",
@@ -146,7 +146,7 @@ def test_decode_accepts_bytes_like(kind: type) -> None:
 
 def test_round_trip_both_formats() -> None:
     command = RemotingCommand(
-        code=codes.PULL_MESSAGE, opaque=123456, flag=0, remark="r", version=401,
+        code=codes.RequestCode.PULL_MESSAGE, opaque=123456, flag=0, remark="r", version=401,
         ext_fields={"topic": "Tö", "queueId": "0", "": ""}, body=bytes(range(256)),
     )
     for kind in (codes.SERIALIZE_JSON, codes.SERIALIZE_ROCKETMQ):
@@ -237,7 +237,7 @@ def test_reader_byte_by_byte() -> None:
     commands = []
     for index in range(len(stream)):
         commands += reader.feed(stream[index : index + 1])
-    assert [c.code for c in commands] == [codes.GET_MAX_OFFSET, codes.SUCCESS]
+    assert [c.code for c in commands] == [codes.RequestCode.GET_MAX_OFFSET, codes.ResponseCode.SUCCESS]
     assert commands[1].body == b"abc"
     assert reader.buffered == 0
 

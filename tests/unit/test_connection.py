@@ -25,7 +25,7 @@ CLOSE = object()
 Handler = Callable[[RemotingCommand, list[RemotingCommand]], object]
 
 
-def answer(request: RemotingCommand, code: int = codes.SUCCESS, **fields: str) -> RemotingCommand:
+def answer(request: RemotingCommand, code: int = codes.ResponseCode.SUCCESS, **fields: str) -> RemotingCommand:
     return RemotingCommand(code=code, opaque=request.opaque, flag=codes.FLAG_RESPONSE, ext_fields=dict(fields))
 
 
@@ -98,7 +98,7 @@ def connect(server: ScriptedServer, reader_thread: bool) -> Connection:
     return Connection(server.address, connect_timeout=2.0, reader_thread=reader_thread)
 
 
-def request(code: int = codes.GET_MAX_OFFSET, **fields: str) -> RemotingCommand:
+def request(code: int = codes.RequestCode.GET_MAX_OFFSET, **fields: str) -> RemotingCommand:
     return RemotingCommand.request(code, fields)
 
 
@@ -123,7 +123,7 @@ def test_an_unanswered_request_times_out_and_the_connection_stays_usable(
     with pytest.raises(RequestTimeoutError, match="within 0.2s") as failure:
         conn.request(request(ignore="yes"), timeout=0.2)
     assert failure.value.retriable
-    assert conn.request(request(), timeout=5.0).code == codes.SUCCESS
+    assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS
     conn.close()
 
 
@@ -149,17 +149,17 @@ def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[
         if action == "close":
             return CLOSE
         if action == "go-away":
-            return [answer(req, code=codes.GO_AWAY)]
+            return [answer(req, code=codes.ResponseCode.GO_AWAY)]
         return [answer(req)]
 
     server = serve(script)
     pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
-    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
     with pytest.raises(ConnectionFailedError):
         pool.request(server.address, request(action="close"), 5.0)
-    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
-    assert pool.request(server.address, request(action="go-away"), 5.0).code == codes.GO_AWAY
-    assert pool.request(server.address, request(), 5.0).code == codes.SUCCESS
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    assert pool.request(server.address, request(action="go-away"), 5.0).code == codes.ResponseCode.GO_AWAY
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
     assert server.accepted == 3  # first, after the close, after GO_AWAY
     pool.close()
 
@@ -167,7 +167,7 @@ def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[
 def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     def notify_then_answer(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
         # Same opaque as the request, but a request: it must not be taken for the answer.
-        notify = RemotingCommand(code=codes.NOTIFY_CONSUMER_IDS_CHANGED, opaque=req.opaque)
+        notify = RemotingCommand(code=codes.RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, opaque=req.opaque)
         return [notify, answer(req, n="the answer")]
 
     conn = connect(serve(notify_then_answer), reader_thread)

@@ -37,13 +37,13 @@ def test_retriable_by_class(error: RocketMQError, retriable: bool) -> None:
 @pytest.mark.parametrize(
     ("code", "retriable"),
     [
-        (codes.SYSTEM_BUSY, True),
-        (codes.GO_AWAY, True),
-        (codes.FLOW_CONTROL, True),
-        (codes.SYSTEM_ERROR, False),
-        (codes.NO_PERMISSION, False),
-        (codes.TOPIC_NOT_EXIST, False),
-        (codes.SUBSCRIPTION_GROUP_NOT_EXIST, False),
+        (codes.ResponseCode.SYSTEM_BUSY, True),
+        (codes.ResponseCode.GO_AWAY, True),
+        (codes.ResponseCode.FLOW_CONTROL, True),
+        (codes.ResponseCode.SYSTEM_ERROR, False),
+        (codes.ResponseCode.NO_PERMISSION, False),
+        (codes.ResponseCode.TOPIC_NOT_EXIST, False),
+        (codes.ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, False),
         (9999, False),
     ],
 )
@@ -54,33 +54,33 @@ def test_retriable_by_response_code(code: int, retriable: bool) -> None:
 @pytest.mark.parametrize(
     ("code", "remark", "cls"),
     [
-        (codes.NO_PERMISSION, "check signature failed.", AuthenticationError),
-        (codes.NO_PERMISSION, None, AuthenticationError),
+        (codes.ResponseCode.NO_PERMISSION, "check signature failed.", AuthenticationError),
+        (codes.ResponseCode.NO_PERMISSION, None, AuthenticationError),
         # The 5.x proxy answers ACL 2.0 failures with SYSTEM_ERROR and the bare message.
-        (codes.SYSTEM_ERROR, "check signature failed.", AuthenticationError),
-        (codes.SYSTEM_ERROR, "User:rocketmq2 is not found.", AuthenticationError),
-        (codes.SYSTEM_ERROR, "User:rocketmq2 is disabled.", AuthenticationError),
-        (codes.SYSTEM_ERROR, "username cannot be null.", AuthenticationError),
+        (codes.ResponseCode.SYSTEM_ERROR, "check signature failed.", AuthenticationError),
+        (codes.ResponseCode.SYSTEM_ERROR, "User:rocketmq2 is not found.", AuthenticationError),
+        (codes.ResponseCode.SYSTEM_ERROR, "User:rocketmq2 is disabled.", AuthenticationError),
+        (codes.ResponseCode.SYSTEM_ERROR, "username cannot be null.", AuthenticationError),
         (
-            codes.SYSTEM_ERROR,
+            codes.ResponseCode.SYSTEM_ERROR,
             "Authentication failed. Please verify the credentials and try again.",
             AuthenticationError,
         ),
         (
-            codes.SYSTEM_ERROR,
+            codes.ResponseCode.SYSTEM_ERROR,
             "User:ak has no permission to access Topic:T from 127.0.0.1, DENY.",
             AuthenticationError,
         ),
         # 4.9.x plain ACL: the hook's exception as exceptionSimpleDesc renders it.
         (
-            codes.SYSTEM_ERROR,
+            codes.ResponseCode.SYSTEM_ERROR,
             "org.apache.rocketmq.acl.common.AclException: [10015:signature-failed] unable to calculate",
             AuthenticationError,
         ),
-        (codes.SYSTEM_ERROR, "java.lang.NullPointerException", BrokerResponseError),
-        (codes.SYSTEM_ERROR, None, BrokerResponseError),
-        (codes.TOPIC_NOT_EXIST, "No topic route info in name server for the topic: T", TopicNotFoundError),
-        (codes.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist", BrokerResponseError),
+        (codes.ResponseCode.SYSTEM_ERROR, "java.lang.NullPointerException", BrokerResponseError),
+        (codes.ResponseCode.SYSTEM_ERROR, None, BrokerResponseError),
+        (codes.ResponseCode.TOPIC_NOT_EXIST, "No topic route info in name server for the topic: T", TopicNotFoundError),
+        (codes.ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist", BrokerResponseError),
     ],
 )
 def test_error_class_by_code_and_remark(code: int, remark: str | None, cls: type) -> None:
@@ -92,13 +92,13 @@ def test_error_class_by_code_and_remark(code: int, remark: str | None, cls: type
 
 def test_message_names_the_code_and_keeps_the_number() -> None:
     error = error_for_response(
-        codes.NO_PERMISSION,
+        codes.ResponseCode.NO_PERMISSION,
         "check signature failed.",
-        request_code=codes.PULL_MESSAGE,
+        request_code=codes.RequestCode.PULL_MESSAGE,
         address="127.0.0.1:10911",
     )
     assert str(error) == "NO_PERMISSION (16) to request 11 from 127.0.0.1:10911: check signature failed."
-    assert (error.request_code, error.address) == (codes.PULL_MESSAGE, "127.0.0.1:10911")
+    assert (error.request_code, error.address) == (codes.RequestCode.PULL_MESSAGE, "127.0.0.1:10911")
 
 
 def test_unknown_codes_are_never_lost() -> None:
@@ -108,13 +108,13 @@ def test_unknown_codes_are_never_lost() -> None:
 
 
 def test_response_code_names() -> None:
-    assert codes.response_code_name(codes.SUCCESS) == "SUCCESS"
+    assert codes.response_code_name(codes.ResponseCode.SUCCESS) == "SUCCESS"
     assert codes.response_code_name(21) == "PULL_OFFSET_MOVED"
     assert codes.response_code_name(1500) == "GO_AWAY"
     assert codes.response_code_name(15) == "VERSION_NOT_SUPPORTED"
     assert codes.response_code_name(4242) is None
     # Request codes share numbers with response codes but are not response names.
-    assert codes.response_code_name(codes.GET_ROUTEINFO_BY_TOPIC) is None
+    assert codes.response_code_name(codes.RequestCode.GET_ROUTEINFO_BY_TOPIC) is None
 
 
 def test_configuration_error_names_the_option_and_the_fix() -> None:
