@@ -15,6 +15,7 @@ from rocketmq_spark.source.options import ENDING_OFFSETS, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import checked_starts
+from rocketmq_spark.source.starts import starting_offsets
 
 
 class RocketMQBatchReader(DataSourceReader):
@@ -32,7 +33,8 @@ class RocketMQBatchReader(DataSourceReader):
             queues = sorted(addresses)
             earliest = reader.min_offsets(queues)
             latest = reader.max_offsets(queues)
-            start = checked_starts(reader.starting_offsets(queues), earliest, latest, self.options.fail_on_data_loss)
+            start = checked_starts(starting_offsets(self.options, queues, reader), earliest, latest,
+                                   self.options.fail_on_data_loss)
             end = self._ending_offsets(reader, queues, latest)
             return plan_partitions(self.options, start, end, addresses.__getitem__)
         finally:

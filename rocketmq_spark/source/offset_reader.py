@@ -1,13 +1,13 @@
 """Offsets from the brokers, on the driver: routes, min/max offsets, stored offsets, search by time.
 
-The micro-batch and batch readers ask this module every question that needs a broker; it never
-decides policy. Per-queue requests go out in parallel, since a topic on several brokers has
-dozens of queues and each question is one round trip per queue.
+The micro-batch and batch readers ask this module every question that needs a broker; it decides
+no policy (where a query starts is ``starts.py``, what counts as data loss ``planning.py``).
+Per-queue requests go out in parallel, since a topic on several brokers has dozens of queues and
+each question is one round trip per queue.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -17,11 +17,7 @@ from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import Boundary, RocketMQClient
 from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, TopicNotFoundError
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import (
-    CONSUMER_GROUP, STARTING_OFFSETS, TOPIC, ConsumeFromWhere, SourceOptions, StartingMode,
-)
-
-log = logging.getLogger(__name__)
+from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
 
 MAX_PARALLEL_REQUESTS = 16
 T = TypeVar("T")
@@ -112,11 +108,8 @@ class OffsetReader:
         """Per queue, the first offset stored at or after the time (the max offset if none is)."""
         return self._each(queues, lambda address, q: self.client.search_offset(address, q, timestamp_ms, Boundary.LOWER))
 
-    def stored_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int | None]:
-        group = self.options.consumer_group
-        if group is None:
-            raise ConfigurationError(CONSUMER_GROUP, f"is required with {STARTING_OFFSETS}=group",
-                                     "Set the group whose stored offsets to start from, or another startingOffsets")
+    def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
+        """The group's stored offset per queue; None where it has stored none."""
         return self._each(queues, lambda address, q: self.client.query_consumer_offset(address, q, group))
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> OffsetMap:
@@ -143,48 +136,3 @@ class OffsetReader:
                              subscription=self.options.sub_expression,
                              expression_type=self.options.expression_type)
             self.client.update_consumer_offset(address, queue, group, offset)
-
-    # ----------------------------------------------------------------- starts
-
-    def starting_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        """Where a new query starts on each queue, by the rules of the options reference."""
-        opts = self.options
-        queue_list = sorted(queues)
-        if opts.starting_timestamp_ms is not None:
-            return self.offsets_for_time(queue_list, opts.starting_timestamp_ms)
-        if opts.starting_mode is StartingMode.EARLIEST:
-            return self.min_offsets(queue_list)
-        if opts.starting_mode is StartingMode.LATEST:
-            return self.max_offsets(queue_list)
-        explicit: OffsetMap = {}
-        if opts.starting_mode is StartingMode.SPECIFIC:
-            missing = sorted(set(opts.starting_offsets) - set(queue_list))
-            if missing:
-                raise ConfigurationError(
-                    STARTING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
-                    f"Use queues of the route: {', '.join(map(str, queue_list))}")
-            explicit = dict(opts.starting_offsets)
-        rest = [q for q in queue_list if q not in explicit]
-        return {**explicit, **self.group_offsets(rest)}
-
-    def group_offsets(self, queues: list[MessageQueue]) -> OffsetMap:
-        """The group's stored offset, or the consumeFromWhere fallback where none is stored."""
-        if not queues:
-            return {}
-        stored = self.stored_offsets(queues)
-        unstored = [q for q, offset in stored.items() if offset is None]
-        fallback = self.fallback_offsets(unstored)
-        if unstored:
-            log.info("no stored offset for group %s on %d queue(s); %s applies",
-                     self.options.consumer_group, len(unstored), self.options.consume_from_where.value)
-        return {q: offset if offset is not None else fallback[q] for q, offset in stored.items()}
-
-    def fallback_offsets(self, queues: list[MessageQueue]) -> OffsetMap:
-        if not queues:
-            return {}
-        where = self.options.consume_from_where
-        if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-            return self.min_offsets(queues)
-        if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-            return self.offsets_for_time(queues, self.options.consume_timestamp_ms)
-        return self.max_offsets(queues)

@@ -28,6 +28,7 @@ from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
+from rocketmq_spark.source.starts import starting_offsets
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         queues = self.offsets.queues()
-        return to_spark(self.offsets.starting_offsets(queues))
+        return to_spark(starting_offsets(self.options, queues, self.offsets))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         opts = self.options

@@ -1,0 +1,79 @@
+"""Where a new query starts on each queue: the rules of ``startingTimestamp``, ``startingOffsets``
+and ``consumeFromWhere`` applied to what the brokers say. No I/O of its own: the broker questions
+go to whatever answers :class:`BrokerOffsets` (the driver's offset reader, or a fake in tests)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.options import (
+    CONSUMER_GROUP, STARTING_OFFSETS, ConsumeFromWhere, SourceOptions, StartingMode,
+)
+
+log = logging.getLogger(__name__)
+
+
+class BrokerOffsets(Protocol):
+    """The broker questions the start rules ask."""
+
+    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
+
+    def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
+
+    def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap: ...
+
+    def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]: ...
+
+
+def starting_offsets(options: SourceOptions, queues: Iterable[MessageQueue], brokers: BrokerOffsets) -> OffsetMap:
+    """Where a new query starts on each queue, by the rules of the options reference."""
+    queue_list = sorted(queues)
+    if options.starting_timestamp_ms is not None:
+        return brokers.offsets_for_time(queue_list, options.starting_timestamp_ms)
+    if options.starting_mode is StartingMode.EARLIEST:
+        return brokers.min_offsets(queue_list)
+    if options.starting_mode is StartingMode.LATEST:
+        return brokers.max_offsets(queue_list)
+    explicit: OffsetMap = {}
+    if options.starting_mode is StartingMode.SPECIFIC:
+        missing = sorted(set(options.starting_offsets) - set(queue_list))
+        if missing:
+            raise ConfigurationError(
+                STARTING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
+                f"Use queues of the route: {', '.join(map(str, queue_list))}")
+        explicit = dict(options.starting_offsets)
+    rest = [q for q in queue_list if q not in explicit]
+    return {**explicit, **_group_offsets(options, rest, brokers)}
+
+
+def _group_offsets(options: SourceOptions, queues: list[MessageQueue], brokers: BrokerOffsets) -> OffsetMap:
+    """The group's stored offset, or the consumeFromWhere fallback where none is stored."""
+    if not queues:
+        return {}
+    group = options.consumer_group
+    if group is None:
+        raise ConfigurationError(CONSUMER_GROUP, f"is required with {STARTING_OFFSETS}=group",
+                                 "Set the group whose stored offsets to start from, or another startingOffsets")
+    stored = brokers.stored_offsets(queues, group)
+    unstored = [q for q, offset in stored.items() if offset is None]
+    fallback = _fallback_offsets(options, unstored, brokers)
+    if unstored:
+        log.info("no stored offset for group %s on %d queue(s); %s applies",
+                 group, len(unstored), options.consume_from_where.value)
+    return {q: offset if offset is not None else fallback[q] for q, offset in stored.items()}
+
+
+def _fallback_offsets(options: SourceOptions, queues: list[MessageQueue], brokers: BrokerOffsets) -> OffsetMap:
+    if not queues:
+        return {}
+    where = options.consume_from_where
+    if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+        return brokers.min_offsets(queues)
+    if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        return brokers.offsets_for_time(queues, options.consume_timestamp_ms)
+    return brokers.max_offsets(queues)
