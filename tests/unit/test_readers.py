@@ -1,0 +1,299 @@
+"""The stream and batch readers' planning against a fake offset reader: no broker, no Spark job.
+
+``latestOffset``, ``partitions`` and the batch reader's ``partitions`` decide what each batch
+reads; the integration tests run them against the real broker, and these drive the cases a
+broker gives only on purpose: expired data, queues that appear or vanish, a broker that is away,
+rate limits and AvailableNow's fixed end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
+from rocketmq_spark.source.batch_reader import RocketMQBatchReader
+from rocketmq_spark.source.offsets import OffsetMap, to_spark
+from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+
+TOPIC = "orders"
+A0, A1, B0 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1), MessageQueue(TOPIC, "broker-b", 0)
+ADDRESS = {"broker-a": "127.0.0.1:10911", "broker-b": "127.0.0.1:10921"}
+
+
+class FakeOffsets:
+    """A topic's queues as the brokers would describe them: ``[min, max)`` per queue, the group's
+    stored offsets, the store time of each offset, and brokers that are away."""
+
+    def __init__(self, queues: Mapping[MessageQueue, tuple[int, int]], stored: Mapping[MessageQueue, int] | None = None,
+                 times: Mapping[MessageQueue, list[int]] | None = None) -> None:
+        self.ranges = dict(queues)
+        self.stored: dict[MessageQueue, int] = dict(stored or {})
+        self.times = dict(times or {})
+        self.away: set[str] = set()
+        self.commits: list[OffsetMap] = []
+
+    def routed(self) -> dict[MessageQueue, tuple[int, int]]:
+        return {q: r for q, r in self.ranges.items() if q.broker_name not in self.away}
+
+    def queues(self, missing_ok: bool = False) -> dict[MessageQueue, str]:
+        return {q: ADDRESS[q.broker_name] for q in sorted(self.routed())}
+
+    def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
+        return {q for q in absent if q.broker_name in self.away}
+
+    def address(self, queue: MessageQueue) -> str:
+        return ADDRESS[queue.broker_name]
+
+    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
+        return {q: self.routed()[q][0] for q in queues}
+
+    def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
+        return {q: self.routed()[q][1] for q in queues}
+
+    def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
+        """The first offset stored at or after the time, else the max offset."""
+        out = {}
+        for q in queues:
+            low, high = self.routed()[q]
+            out[q] = next((o for o in range(low, high) if self.times[q][o] >= timestamp_ms), high)
+        return out
+
+    def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
+        return {q: self.stored.get(q) for q in queues}
+
+    def commit(self, offsets: Mapping[MessageQueue, int]) -> OffsetMap:
+        routable = {q: o for q, o in offsets.items() if q.broker_name not in self.away}
+        self.stored.update(routable)
+        self.commits.append(routable)
+        return routable
+
+    def close(self) -> None:
+        pass
+
+
+def options(streaming: bool = True, **extra: str) -> SourceOptions:
+    raw = {"nameServer": "127.0.0.1:9876", "topic": TOPIC, **extra}
+    if streaming:
+        raw.setdefault("consumerGroup", "g")
+    return parse_options(raw, streaming=streaming)
+
+
+def stream(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
+    return RocketMQStreamReader(options(**extra), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
+
+
+def spark(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
+    """Offsets as Spark hands them back: through the JSON of its offset log."""
+    return json.loads(json.dumps(to_spark(offsets)))
+
+
+def ranges(parts: Iterable[Any]) -> list[tuple[MessageQueue, int, int]]:
+    out = []
+    for part in parts:
+        assert isinstance(part, RocketMQPartition)
+        assert part.address == ADDRESS[part.queue.broker_name]
+        out.append((part.queue, part.start, part.end))
+    return out
+
+
+# ----------------------------------------------------------------- initialOffset
+
+
+def test_a_new_stream_starts_from_stored_offsets_and_falls_back_per_queue() -> None:
+    fake = FakeOffsets({A0: (0, 10), A1: (3, 8), B0: (0, 5)}, stored={A0: 0, B0: 4})
+    assert stream(fake).initialOffset() == to_spark({A0: 0, A1: 8, B0: 4})  # a stored 0 stays 0
+    first = stream(fake, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET").initialOffset()
+    assert first == to_spark({A0: 0, A1: 3, B0: 4})
+
+
+def test_consume_from_timestamp_applies_to_queues_without_a_stored_offset() -> None:
+    times = {A0: [100, 200, 300, 400], A1: [150, 250], B0: [50]}
+    fake = FakeOffsets({A0: (0, 4), A1: (0, 2), B0: (0, 1)}, stored={A1: 1}, times=times)
+    reader = stream(fake, consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="250")
+    assert reader.initialOffset() == to_spark({A0: 2, A1: 1, B0: 1})
+
+
+def test_json_starting_offsets_must_name_existing_queues() -> None:
+    fake = FakeOffsets({A0: (0, 10)})
+    reader = stream(fake, startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 4, "7": 1}}}))
+    with pytest.raises(ConfigurationError, match="broker-a/7"):
+        reader.initialOffset()
+
+
+# ------------------------------------------------------------------ latestOffset
+
+
+def test_latest_offset_reads_everything_and_stores_the_batch_before() -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 6)})
+    reader = stream(fake)
+    end = reader.latestOffset(spark({A0: 2, B0: 6}), ReadAllAvailable())
+    assert end == to_spark({A0: 10, B0: 6})
+    assert fake.commits == [{A0: 2, B0: 6}]  # the batch that ended at start is committed by Spark
+    reader.commit(end)
+    assert fake.stored == {A0: 10, B0: 6}
+    assert fake.commits[-1] == {A0: 10}  # only what changed is stored again
+
+
+def test_commit_offsets_false_stores_nothing() -> None:
+    fake = FakeOffsets({A0: (0, 10)})
+    reader = stream(fake, commitOffsets="false")
+    reader.commit(reader.latestOffset(spark({A0: 0}), ReadAllAvailable()))
+    assert fake.commits == []
+
+
+def test_max_messages_per_trigger_shares_the_limit_by_backlog() -> None:
+    fake = FakeOffsets({A0: (0, 1000), A1: (0, 100), B0: (0, 0)})
+    reader = stream(fake, maxMessagesPerTrigger="110")
+    end = reader.latestOffset(spark({A0: 0, A1: 0, B0: 0}), ReadMaxRows(110))
+    assert end == to_spark({A0: 100, A1: 10, B0: 0})
+
+
+def test_min_messages_per_trigger_holds_the_batch_until_enough_arrived() -> None:
+    fake = FakeOffsets({A0: (0, 3)})
+    reader = stream(fake, minMessagesPerTrigger="5")
+    start = spark({A0: 0})
+    assert reader.latestOffset(start, ReadMinRows(5)) == start
+    fake.ranges[A0] = (0, 5)
+    assert reader.latestOffset(start, ReadMinRows(5)) == to_spark({A0: 5})
+
+
+def test_a_new_queue_is_read_from_its_first_message() -> None:
+    fake = FakeOffsets({A0: (0, 10), A1: (4, 9)})
+    reader = stream(fake)
+    start = spark({A0: 10})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == to_spark({A0: 10, A1: 9})
+    assert ranges(reader.partitions(start, end)) == [(A1, 4, 9)]
+
+
+def test_expired_offsets_fail_the_query_by_default() -> None:
+    fake = FakeOffsets({A0: (50, 100)})
+    with pytest.raises(DataLossError, match=r"orders/broker-a/0: offsets \[10, 50\) were deleted or expired"):
+        stream(fake).latestOffset(spark({A0: 10}), ReadAllAvailable())
+
+
+def test_expired_offsets_are_skipped_when_allowed() -> None:
+    fake = FakeOffsets({A0: (50, 100)})
+    reader = stream(fake, failOnDataLoss="false")
+    start = spark({A0: 10})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == to_spark({A0: 100})
+    # Spark plans the batch from the checkpointed start; the read begins at what exists.
+    assert ranges(reader.partitions(start, end)) == [(A0, 10, 100)]
+
+
+def test_a_queue_that_went_backwards_restarts_from_its_first_offset() -> None:
+    fake = FakeOffsets({A0: (0, 5)})
+    reader = stream(fake, failOnDataLoss="false")
+    start = spark({A0: 40})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == to_spark({A0: 5})
+    assert ranges(reader.partitions(start, end)) == [(A0, 0, 5)]
+    with pytest.raises(DataLossError, match="went backwards"):
+        stream(fake).latestOffset(start, ReadAllAvailable())
+
+
+def test_a_queue_gone_from_the_route_is_data_loss() -> None:
+    fake = FakeOffsets({A0: (0, 10)})
+    with pytest.raises(DataLossError, match="broker-a/1: offsets from 3 on cannot be read"):
+        stream(fake).latestOffset(spark({A0: 0, A1: 3}), ReadAllAvailable())
+
+
+def test_the_queues_of_a_broker_that_is_away_wait_with_their_offsets() -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 8)})
+    reader = stream(fake)
+    fake.away.add("broker-b")
+    start = spark({A0: 2, B0: 5})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == to_spark({A0: 10, B0: 5})  # carried, not lost
+    assert ranges(reader.partitions(start, end)) == [(A0, 2, 10)]
+    assert fake.commits == [{A0: 2}]  # a broker that is away is not written to
+    fake.away.clear()
+    assert reader.latestOffset(end, ReadAllAvailable()) == to_spark({A0: 10, B0: 8})
+    assert fake.commits[-1] == {A0: 10, B0: 5}
+
+
+def test_available_now_ends_where_the_queues_ended_when_it_began() -> None:
+    fake = FakeOffsets({A0: (0, 10)})
+    reader = stream(fake)
+    reader.prepareForTriggerAvailableNow()
+    fake.ranges[A0] = (0, 20)
+    fake.ranges[A1] = (0, 5)  # a queue added after the run began is not part of it
+    assert reader.latestOffset(spark({A0: 3}), ReadAllAvailable()) == to_spark({A0: 10})
+
+
+# -------------------------------------------------------------------- partitions
+
+
+def test_partitions_split_as_the_options_ask() -> None:
+    fake = FakeOffsets({A0: (0, 100), B0: (0, 10)})
+    reader = stream(fake, maxMessagesPerPartition="40")
+    parts = ranges(reader.partitions(spark({A0: 0, B0: 0}), spark({A0: 100, B0: 10})))
+    assert parts == [(A0, 0, 34), (A0, 34, 67), (A0, 67, 100), (B0, 0, 10)]
+    reader = stream(fake, minPartitions="4")
+    parts = ranges(reader.partitions(spark({A0: 0, B0: 0}), spark({A0: 100, B0: 10})))
+    assert parts == [(A0, 0, 34), (A0, 34, 67), (A0, 67, 100), (B0, 0, 10)]
+
+
+def test_partitions_carry_what_a_task_needs() -> None:
+    fake = FakeOffsets({A0: (0, 10)})
+    reader = stream(fake, subExpression="TagA || TagB", pullBatchSize="7", namespace="ns")
+    start = {MessageQueue("ns%" + TOPIC, "broker-a", 0): 0}
+    fake.ranges = {MessageQueue("ns%" + TOPIC, "broker-a", 0): (0, 10)}
+    [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
+    assert isinstance(part, RocketMQPartition)
+    assert (part.display_topic, part.group, part.tag_filter, part.pull_batch_size) == (
+        TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7)
+
+
+# ------------------------------------------------------------------------- batch
+
+
+def batch(fake: FakeOffsets, **extra: str) -> list[tuple[MessageQueue, int, int]]:
+    reader = RocketMQBatchReader(options(streaming=False, **extra), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
+    return ranges(reader.partitions())
+
+
+def test_a_batch_reads_from_earliest_to_latest_by_default() -> None:
+    fake = FakeOffsets({A0: (3, 10), A1: (0, 0), B0: (0, 2)})
+    assert batch(fake) == [(A0, 3, 10), (B0, 0, 2)]
+
+
+def test_a_batch_reads_a_time_window() -> None:
+    times = {A0: [100, 200, 300, 400], B0: [150, 350]}
+    fake = FakeOffsets({A0: (0, 4), B0: (0, 2)}, times=times)
+    assert batch(fake, startingTimestamp="200", endingTimestamp="400") == [(A0, 1, 3), (B0, 1, 2)]
+
+
+def test_a_batch_reads_json_offsets_and_rejects_unknown_queues() -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 10)})
+    window = batch(fake, startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 2}, "broker-b": {"0": 5}}}),
+                   endingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 4}}}))
+    assert window == [(A0, 2, 4), (B0, 5, 10)]
+    with pytest.raises(ConfigurationError, match="endingOffsets"):
+        batch(fake, endingOffsets=json.dumps({TOPIC: {"broker-c": {"0": 4}}}))
+
+
+def test_a_batch_from_the_group_applies_the_start_rules() -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 10)}, stored={A0: 6})
+    assert batch(fake, consumerGroup="g", startingOffsets="group",
+                 consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == [(A0, 6, 10), (B0, 0, 10)]
+    assert fake.commits == []  # batch reads never commit
+    with pytest.raises(ConfigurationError, match="consumerGroup"):
+        batch(fake, startingOffsets="group")
+
+
+def test_a_batch_fails_on_expired_json_offsets_unless_allowed() -> None:
+    fake = FakeOffsets({A0: (5, 10)})
+    start = json.dumps({TOPIC: {"broker-a": {"0": 1}}})
+    with pytest.raises(DataLossError, match="deleted or expired"):
+        batch(fake, startingOffsets=start)
+    assert batch(fake, startingOffsets=start, failOnDataLoss="false") == [(A0, 5, 10)]
