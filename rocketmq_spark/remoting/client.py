@@ -1,84 +1,36 @@
-"""Typed RocketMQ calls over the remoting protocol: route, pull, offsets, search by time.
+"""The RocketMQ client: connections to name servers and brokers, and the typed calls over them.
 
-Every broker call names its broker in ``bname`` as well as sending to its address: a broker
-ignores the field, and a 5.x proxy's remoting port needs it to forward the call. Pulls carry
-their subscription (``PULL_FLAG_SUBSCRIPTION``), so no heartbeat or prior registration is needed,
-on a broker or through the proxy.
-
-Nothing here retries on its own: every error says whether a retry can help (``retriable``), and
-the caller, who knows how much time it has, decides.
+The calls themselves (what each request holds, how its answer reads) are values in ``calls.py``;
+this class sends them, one at a time or many at once, signed when credentials are set. Nothing
+here retries on its own: every error says whether a retry can help (``retriable``), and the
+caller, who knows how much time it has, decides.
 """
 
 from __future__ import annotations
 
-import enum
 import ssl
 import threading
 import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import calls, codes
+from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ConnectionFactory, ConnectionPool, Reply
-from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError, RocketMQError, error_for_response
+from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
 
+__all__ = ["Boundary", "PendingPull", "PullResult", "PullStatus", "QueueOffsets", "RocketMQClient"]
 
+T = TypeVar("T")
 
-class PullStatus(enum.Enum):
-    """What a pull found, named as the Java client names it."""
-
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"  # caught up: offset == max offset
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # entries scanned, none matched; go on from next_begin_offset
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # offset outside [min, max]; next_begin_offset is the broker's correction
-
-
-_PULL_STATUS_BY_CODE = {
-    codes.ResponseCode.SUCCESS: PullStatus.FOUND,
-    codes.ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    codes.ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    codes.ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
-
-
-class Boundary(enum.Enum):
-    """Which offset SEARCH_OFFSET_BY_TIMESTAMP returns for a time."""
-
-    LOWER = "lower"  # the first offset stored at or after the time
-    UPPER = "upper"  # the last offset stored at or before the time
-
-
-@dataclass(frozen=True)
-class PullResult:
-    status: PullStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    body: bytes  # raw message records, decoded by rocketmq_spark.records.walk
-
-
-def _accepted(response: RemotingCommand, code: int, address: str, accept: Sequence[int]) -> RemotingCommand:
-    """The response, if its code is one the caller handles; else the error it stands for."""
-    if response.code not in accept:
-        raise error_for_response(response.code, response.remark, request_code=code, address=address)
-    return response
-
-
-def _int_field(response: RemotingCommand, name: str) -> int:
-    value = response.ext_fields.get(name)
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ProtocolError(
-            f"response {response.code} lacks a numeric '{name}' field: {response.ext_fields}"
-        ) from err
-
-
-_PULL_CODES = tuple(_PULL_STATUS_BY_CODE)
+# Requests one call_many keeps unanswered at once. A 5.x proxy drops answers it cannot write at
+# once (its channel's write buffer is full), so the window stays well below what fills it.
+DEFAULT_WINDOW = 64
 
 
 class PendingPull:
@@ -91,14 +43,7 @@ class PendingPull:
         self._address = address
 
     def result(self) -> PullResult:
-        response = _accepted(self._reply.result(), codes.RequestCode.PULL_MESSAGE, self._address, _PULL_CODES)
-        return PullResult(
-            status=_PULL_STATUS_BY_CODE[response.code],
-            next_begin_offset=_int_field(response, "nextBeginOffset"),
-            min_offset=_int_field(response, "minOffset"),
-            max_offset=_int_field(response, "maxOffset"),
-            body=response.body,
-        )
+        return read_pull(self._reply.result(), self._address)
 
 
 def _tls_context() -> ssl.SSLContext:
@@ -127,6 +72,12 @@ class RocketMQClient:
         self._pull_pools_lock = threading.Lock()
         self._name_server_lock = threading.Lock()
         self._preferred_name_server = 0
+        self._requests_sent = 0
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests this client has sent so far: what benchmarks and tests count."""
+        return self._requests_sent
 
     def close(self) -> None:
         self._pool.close()
@@ -180,6 +131,7 @@ class RocketMQClient:
     ) -> Reply:
         """Send one request (signed when credentials are set) without waiting for the response."""
         command = RemotingCommand.request(code, fields, body)
+        self._requests_sent += 1
         creds = self.config.credentials
         if creds is not None:
             command.ext_fields = sign(
@@ -188,17 +140,43 @@ class RocketMQClient:
         return (pool or self._pool).submit(address, command,
                                            self.config.request_timeout if timeout is None else timeout)
 
-    def _call(
-        self,
-        address: str,
-        code: int,
-        fields: Mapping[str, object] | None = None,
-        *,
-        accept: Sequence[int] = (codes.ResponseCode.SUCCESS,),
-        body: bytes = b"",
-        timeout: float | None = None,
-    ) -> RemotingCommand:
-        return _accepted(self.invoke(address, code, fields, body, timeout), code, address, accept)
+    def _call(self, address: str, code: int, fields: Mapping[str, object] | None = None) -> RemotingCommand:
+        return accepted(self.invoke(address, code, fields), code, address)
+
+    def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
+        """Send one typed call and read its answer."""
+        return call.read(self.invoke(address, call.code, call.fields, timeout=timeout), address)
+
+    def call_many(self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
+        """Send many calls back to back, at most ``window`` unanswered at once, and return each
+        one's value or the error it met, in order. An address that cannot be reached fails its
+        remaining calls at once instead of being tried again for each."""
+        outcomes: list[T | RocketMQError | None] = [None] * len(addressed)
+        unreachable: dict[str, ConnectionFailedError] = {}
+        in_flight: deque[tuple[int, str, Call[T], Reply]] = deque()
+
+        def settle_oldest() -> None:
+            index, address, call, reply = in_flight.popleft()
+            try:
+                outcomes[index] = call.read(reply.result(), address)
+            except RocketMQError as err:
+                outcomes[index] = err
+
+        for index, (address, call) in enumerate(addressed):
+            if len(in_flight) >= window:
+                settle_oldest()
+            if address in unreachable:
+                outcomes[index] = unreachable[address]
+                continue
+            try:
+                in_flight.append((index, address, call, self.submit(address, call.code, call.fields)))
+            except ConnectionFailedError as err:
+                unreachable[address] = outcomes[index] = err
+            except RocketMQError as err:
+                outcomes[index] = err
+        while in_flight:
+            settle_oldest()
+        return outcomes  # type: ignore[return-value]
 
     # -------------------------------------------------------------- name server
 
@@ -273,70 +251,32 @@ class RocketMQClient:
         """Send a pull like :meth:`pull` and return at once; many can be in flight on one
         connection, each answered by ``result()``, which the sending thread must call: pulls go
         over connections of the calling thread that it reads itself."""
-        sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
-        fields = {
-            "consumerGroup": group,
-            "topic": queue.topic,
-            "queueId": queue.queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": max_messages,
-            "sysFlag": sys_flag,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": suspend_timeout_ms,
-            "subscription": subscription,
-            "subVersion": 0,
-            "expressionType": expression_type,
-            "bname": queue.broker_name,
-        }
+        fields = calls.pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
+                                   expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms)
         timeout = self.config.request_timeout + suspend_timeout_ms / 1000
         reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
 
-    def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
-        """The group's stored offset on the queue (the next to read), or None if nothing is stored.
+    # One call each, for callers that ask about one queue (see ``calls`` for what each means).
 
-        ``setZeroIfNotFound=false`` makes a 5.x broker answer QUERY_NOT_FOUND instead of
-        guessing 0 for a queue whose first message is still in memory. A 4.9 broker ignores the
-        field: there "nothing stored" on such a queue reads as 0, which starts it at its first
-        message all the same.
-        """
-        fields = {
-            "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
-            "setZeroIfNotFound": False, "bname": queue.broker_name,
-        }
-        response = self._call(address, codes.RequestCode.QUERY_CONSUMER_OFFSET, fields,
-                              accept=(codes.ResponseCode.SUCCESS, codes.ResponseCode.QUERY_NOT_FOUND))
-        if response.code == codes.ResponseCode.QUERY_NOT_FOUND:
-            return None
-        return _int_field(response, "offset")
+    def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
+        return self.call(address, calls.query_consumer_offset(queue, group))
 
     def update_consumer_offset(self, address: str, queue: MessageQueue, group: str, offset: int) -> None:
-        """Store ``offset`` (the next offset to read) for the group on the queue."""
-        fields = {
-            "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id,
-            "commitOffset": offset, "bname": queue.broker_name,
-        }
-        self._call(address, codes.RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+        self.call(address, calls.update_consumer_offset(queue, group, offset))
 
     def min_offset(self, address: str, queue: MessageQueue) -> int:
-        fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.RequestCode.GET_MIN_OFFSET, fields), "offset")
+        return self.call(address, calls.min_offset(queue))
 
     def max_offset(self, address: str, queue: MessageQueue) -> int:
-        """The offset the next message will get (one past the last stored)."""
-        fields = {"topic": queue.topic, "queueId": queue.queue_id, "committed": True, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.RequestCode.GET_MAX_OFFSET, fields), "offset")
+        return self.call(address, calls.max_offset(queue))
 
-    def search_offset(
-        self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
-    ) -> int:
-        """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or before."""
-        fields = {
-            "topic": queue.topic, "queueId": queue.queue_id, "timestamp": timestamp_ms,
-            "boundaryType": boundary.value, "bname": queue.broker_name,
-        }
-        return _int_field(self._call(address, codes.RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields), "offset")
+    def search_offset(self, address: str, queue: MessageQueue, timestamp_ms: int,
+                      boundary: Boundary = Boundary.LOWER) -> int:
+        return self.call(address, calls.search_offset(queue, timestamp_ms, boundary))
 
     def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
-        fields = {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
-        return _int_field(self._call(address, codes.RequestCode.GET_EARLIEST_MSG_STORETIME, fields), "timestamp")
+        return self.call(address, calls.earliest_store_time(queue))
+
+    def topic_stats(self, address: str, topic: str, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
+        return self.call(address, calls.topic_stats(topic, broker_name))

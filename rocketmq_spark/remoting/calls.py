@@ -1,0 +1,207 @@
+"""Each typed broker call as a value: the request it sends and how its answer is read. No I/O.
+
+A :class:`Call` can be sent alone (``RocketMQClient.call``) or many at once on open connections
+(``RocketMQClient.call_many``), so a driver asking about a thousand queues sends its requests back
+to back instead of one round trip after another. Every call names its broker in ``bname`` as
+well as going to its address: a broker ignores the field, and a 5.x proxy's remoting port needs
+it to forward the call.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, MessageQueue
+from rocketmq_spark.remoting import codes, fastjson
+from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
+from rocketmq_spark.remoting.errors import ProtocolError, error_for_response
+
+T = TypeVar("T")
+
+SUCCESS_ONLY = (ResponseCode.SUCCESS,)
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and the reading of its answer (``read(response, address)``), which raises the
+    error a refusal stands for."""
+
+    code: RequestCode
+    fields: Mapping[str, object]
+    read: Callable[[RemotingCommand, str], T]
+
+
+def accepted(response: RemotingCommand, code: int, address: str,
+             accept: Sequence[int] = SUCCESS_ONLY) -> RemotingCommand:
+    """The response, if its code is one the caller handles; else the error it stands for."""
+    if response.code not in accept:
+        raise error_for_response(response.code, response.remark, request_code=code, address=address)
+    return response
+
+
+def int_field(response: RemotingCommand, name: str) -> int:
+    value = response.ext_fields.get(name)
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(f"response {response.code} lacks a numeric '{name}' field: {response.ext_fields}") from err
+
+
+def _queue_fields(queue: MessageQueue) -> dict[str, object]:
+    return {"topic": queue.topic, "queueId": queue.queue_id, "bname": queue.broker_name}
+
+
+def _int_call(code: RequestCode, fields: Mapping[str, object], name: str) -> Call[int]:
+    return Call(code, fields, lambda response, address: int_field(accepted(response, code, address), name))
+
+
+# ----------------------------------------------------------------------- offsets
+
+
+def min_offset(queue: MessageQueue) -> Call[int]:
+    """The queue's first offset still stored."""
+    return _int_call(RequestCode.GET_MIN_OFFSET, _queue_fields(queue), "offset")
+
+
+def max_offset(queue: MessageQueue) -> Call[int]:
+    """The offset the next message will get (one past the last one consumers can read)."""
+    return _int_call(RequestCode.GET_MAX_OFFSET, {**_queue_fields(queue), "committed": True}, "offset")
+
+
+class Boundary(enum.Enum):
+    """Which offset SEARCH_OFFSET_BY_TIMESTAMP returns for a time."""
+
+    LOWER = "lower"  # the first offset stored at or after the time
+    UPPER = "upper"  # the last offset stored at or before the time
+
+
+def search_offset(queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER) -> Call[int]:
+    """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or before."""
+    fields = {**_queue_fields(queue), "timestamp": timestamp_ms, "boundaryType": boundary.value}
+    return _int_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields, "offset")
+
+
+def earliest_store_time(queue: MessageQueue) -> Call[int]:
+    return _int_call(RequestCode.GET_EARLIEST_MSG_STORETIME, _queue_fields(queue), "timestamp")
+
+
+def query_consumer_offset(queue: MessageQueue, group: str) -> Call[int | None]:
+    """The group's stored offset on the queue (the next to read), or None if nothing is stored.
+
+    ``setZeroIfNotFound=false`` makes a 5.x broker answer QUERY_NOT_FOUND instead of guessing 0 for
+    a queue whose first message is still in memory. A 4.9 broker ignores the field: there
+    "nothing stored" on such a queue reads as 0, which starts it at its first message all the same.
+    """
+    code = RequestCode.QUERY_CONSUMER_OFFSET
+
+    def read(response: RemotingCommand, address: str) -> int | None:
+        accepted(response, code, address, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return None if response.code == ResponseCode.QUERY_NOT_FOUND else int_field(response, "offset")
+
+    return Call(code, {**_queue_fields(queue), "consumerGroup": group, "setZeroIfNotFound": False}, read)
+
+
+def update_consumer_offset(queue: MessageQueue, group: str, offset: int) -> Call[None]:
+    """Store ``offset`` (the next offset to read) for the group on the queue."""
+    code = RequestCode.UPDATE_CONSUMER_OFFSET
+    fields = {**_queue_fields(queue), "consumerGroup": group, "commitOffset": offset}
+
+    def read(response: RemotingCommand, address: str) -> None:
+        accepted(response, code, address)
+
+    return Call(code, fields, read)
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    """A queue's first and next offsets, ``[min_offset, max_offset)``."""
+
+    min_offset: int
+    max_offset: int
+
+
+def topic_stats(topic: str, broker_name: str) -> Call[dict[MessageQueue, QueueOffsets]]:
+    """Min and max offsets of every queue of the topic on one broker, in one answer
+    (GET_TOPIC_STATS_INFO): the same numbers GET_MIN_OFFSET and GET_MAX_OFFSET give one queue at a
+    time. A proxy does not serve it (REQUEST_CODE_NOT_SUPPORTED)."""
+    code = RequestCode.GET_TOPIC_STATS_INFO
+
+    def read(response: RemotingCommand, address: str) -> dict[MessageQueue, QueueOffsets]:
+        accepted(response, code, address)
+        return parse_topic_stats(response.body, broker_name)
+
+    return Call(code, {"topic": topic, "bname": broker_name}, read)
+
+
+def parse_topic_stats(body: bytes, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
+    """A TopicStatsTable body: its offset table is keyed by MessageQueue objects (fastjson)."""
+    try:
+        table = fastjson.loads(body.decode("utf-8")).get("offsetTable") or []
+        if isinstance(table, dict):  # an empty table reads as {}
+            table = list(table.items())
+        stats = {}
+        for key, value in table:
+            queue = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+            stats[queue] = QueueOffsets(max(0, int(value["minOffset"])), int(value["maxOffset"]))
+    except (AttributeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as err:
+        raise ProtocolError(f"topic stats of {broker_name} are malformed: {err!r}") from err
+    return {queue: offsets for queue, offsets in stats.items() if queue.broker_name == broker_name}
+
+
+# -------------------------------------------------------------------------- pull
+
+
+class PullStatus(enum.Enum):
+    """What a pull found, named as the Java client names it."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"  # caught up: offset == max offset
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # entries scanned, none matched; go on from next_begin_offset
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # offset outside [min, max]; next_begin_offset is the broker's correction
+
+
+PULL_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+_PULL_CODES = tuple(PULL_STATUS_BY_CODE)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes  # raw message records, decoded by rocketmq_spark.records
+
+
+def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
+                subscription: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
+                suspend_timeout_ms: int = 0) -> dict[str, Any]:
+    """The header of a pull. It carries its subscription (``PULL_FLAG_SUBSCRIPTION``), so no
+    heartbeat or prior registration is needed, on a broker or through the proxy."""
+    sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
+    return {
+        "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id, "queueOffset": offset,
+        "maxMsgNums": max_messages, "sysFlag": sys_flag, "commitOffset": 0,
+        "suspendTimeoutMillis": suspend_timeout_ms, "subscription": subscription, "subVersion": 0,
+        "expressionType": expression_type, "bname": queue.broker_name,
+    }
+
+
+def read_pull(response: RemotingCommand, address: str) -> PullResult:
+    accepted(response, RequestCode.PULL_MESSAGE, address, _PULL_CODES)
+    return PullResult(
+        status=PULL_STATUS_BY_CODE[response.code],
+        next_begin_offset=int_field(response, "nextBeginOffset"),
+        min_offset=int_field(response, "minOffset"),
+        max_offset=int_field(response, "maxOffset"),
+        body=response.body,
+    )
