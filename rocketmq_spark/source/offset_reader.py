@@ -2,49 +2,83 @@
 
 The micro-batch and batch readers ask this module every question that needs a broker; it decides
 no policy (where a query starts is ``starts.py``, what counts as data loss ``planning.py``).
-Per-queue requests go out in parallel, since a topic on several brokers has dozens of queues and
-each question is one round trip per queue.
+
+What it costs grows with brokers, not queues, wherever RocketMQ allows:
+- routes come from the name server at most every ``ROUTE_REFRESH_S``, and again at once after a
+  broker request failed (a broker that went away) or a broker listed queues the route lacks;
+- min and max offsets of all of a topic's queues on a broker come in one GET_TOPIC_STATS_INFO
+  answer; where a broker does not serve it (a 5.x proxy) or denies it, per-queue requests go out
+  back to back on one connection (``RocketMQClient.call_many``);
+- stored offsets, searches by time and commits are per-queue requests, sent back to back.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import Boundary, RocketMQClient
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, TopicNotFoundError
+from rocketmq_spark.remoting import calls
+from rocketmq_spark.remoting.calls import Boundary, Call
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
 
-MAX_PARALLEL_REQUESTS = 16
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
+K = TypeVar("K")
+
+# How long a topic's route is trusted before the name server is asked again. A new queue is read
+# from its first message whenever it shows up, so this only delays when it starts.
+ROUTE_REFRESH_S = 10.0
+# Answers to GET_TOPIC_STATS_INFO that mean "ask queue by queue": a proxy does not serve it, and
+# an ACL may allow the per-queue requests only.
+_NO_TOPIC_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
+
+
+@dataclass
+class CommitResult:
+    """What a commit stored, and why the rest was not."""
+
+    stored: OffsetMap = field(default_factory=dict)
+    failed: dict[MessageQueue, RocketMQError] = field(default_factory=dict)
 
 
 class OffsetReader:
     """Broker-side facts about the queues of the source's topics."""
 
-    def __init__(self, options: SourceOptions, client: RocketMQClient | None = None) -> None:
+    def __init__(self, options: SourceOptions, client: RocketMQClient | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         self.client = client or RocketMQClient(options.client)
         self.retry = options.retry
+        self._clock = clock
         self._addresses: dict[MessageQueue, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_REQUESTS, thread_name_prefix="rocketmq-offsets")
+        self._routes_at: float | None = None
+        self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
+        self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
         self.client.close()
 
     # ------------------------------------------------------------------ routes
 
-    def queues(self, missing_ok: bool = False) -> dict[MessageQueue, str]:
+    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
         """Every readable queue of the source's topics, with the address to send its requests to.
 
-        A topic the name server does not know is a configuration error when a query starts; once
-        it runs (``missing_ok``) it means that no broker serving the topic is registered right now.
+        Routes younger than ``ROUTE_REFRESH_S`` are reused unless ``fresh``. A topic the name
+        server does not know is a configuration error when a query starts; once it runs
+        (``missing_ok``) it means that no broker serving the topic is registered right now.
         """
+        now = self._clock()
+        if not fresh and self._routes_at is not None and now - self._routes_at < ROUTE_REFRESH_S:
+            return dict(self._addresses)
         found: dict[MessageQueue, str] = {}
         for topic in self.options.topics:
             try:
@@ -61,7 +95,12 @@ class OffsetReader:
                 if address is not None:
                     found[queue] = address
         self._addresses = found  # the routes as they are now: a stopped broker drops out
-        return found
+        self._routes_at = now
+        return dict(found)
+
+    def _routes_changed(self) -> None:
+        """Ask the name server again next time: a broker failed or knows queues the route lacks."""
+        self._routes_at = None
 
     def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
         """Of queues missing from the routes, those whose broker is not registered right now.
@@ -77,62 +116,130 @@ class OffsetReader:
             return queues
         # A broker that registered again between the routes and this answer lists its queues
         # again by now: only a queue still missing from fresh routes is gone.
-        back = self.queues(missing_ok=True)
+        back = self.queues(missing_ok=True, fresh=True)
         return {q for q in queues if q.broker_name not in live or q in back}
 
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:
-            self.queues()
+            self.queues(fresh=True)
         if queue not in self._addresses:
             raise ConfigurationError(STARTING_OFFSETS, f"queue {queue} does not exist",
                                      "Name only queues the topic's route lists")
         return self._addresses[queue]
 
-    def _each(self, queues: Iterable[MessageQueue], call: Callable[[str, MessageQueue], T],
-              retry: bool = True) -> dict[MessageQueue, T]:
-        """``call`` for every queue in parallel, each retried (if ``retry``) while its broker is unreachable."""
-        queue_list = list(queues)
-        policy = self.retry if retry else self.retry.once()
-        results = self._pool.map(lambda q: policy.call(lambda: call(self.address(q), q), f"request for {q}"), queue_list)
-        return dict(zip(queue_list, results))
+    # ----------------------------------------------------------------- requests
+
+    def _gather(self, keys: Iterable[K], make: Callable[[K], tuple[str, Call[T]]], what: str) -> dict[K, T]:
+        """One call per key, sent back to back; those that fail in a way a retry can fix are sent
+        again under the retry policy, and any other failure is raised."""
+        values: dict[K, T] = {}
+        todo = list(keys)
+
+        def attempt() -> None:
+            nonlocal todo
+            failed: list[K] = []
+            first: RocketMQError | None = None
+            for key, outcome in zip(todo, self.client.call_many([make(key) for key in todo])):
+                if isinstance(outcome, RocketMQError):
+                    if not outcome.retriable:
+                        raise outcome
+                    failed.append(key)
+                    first = first or outcome
+                else:
+                    values[key] = outcome  # type: ignore[assignment]
+            todo = failed
+            if first is not None:
+                self._routes_changed()
+                raise first
+
+        if todo:
+            self.retry.call(attempt, what)
+        return values
+
+    def _per_queue(self, queues: Iterable[MessageQueue], call: Callable[[MessageQueue], Call[T]],
+                   what: str) -> dict[MessageQueue, T]:
+        return self._gather(queues, lambda q: (self.address(q), call(q)), what)
 
     # ----------------------------------------------------------------- offsets
 
-    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        return self._each(queues, self.client.min_offset)
-
     def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        return self._each(queues, self.client.max_offset)
+        """Each queue's next offset; the min offsets come with them where topic stats answer."""
+        wanted = list(queues)
+        self._known_min = {}
+        latest: OffsetMap = {}
+        stats_of = sorted({(q.topic, q.broker_name, self.address(q)) for q in wanted
+                           if self.address(q) not in self._no_topic_stats})
+        outcomes = self.client.call_many([(address, calls.topic_stats(topic, broker))
+                                          for topic, broker, address in stats_of]) if stats_of else []
+        for (topic, broker, address), outcome in zip(stats_of, outcomes):
+            if isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS:
+                self._no_topic_stats.add(address)
+            elif isinstance(outcome, RocketMQError):
+                if not outcome.retriable:
+                    raise outcome
+                self._routes_changed()  # the per-queue requests below retry it
+            else:
+                if any(q not in self._addresses for q in outcome):
+                    self._routes_changed()  # the broker has queues the route does not list yet
+                for queue, offsets in outcome.items():
+                    latest[queue] = offsets.max_offset
+                    self._known_min[queue] = offsets.min_offset
+        rest = [q for q in wanted if q not in latest]
+        latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
+        return {q: latest[q] for q in wanted}
+
+    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
+        """Each queue's first offset: from the last topic stats where they gave it, else asked."""
+        wanted = list(queues)
+        rest = [q for q in wanted if q not in self._known_min]
+        found = {**self._known_min, **self._per_queue(rest, calls.min_offset, "min offsets")}
+        return {q: found[q] for q in wanted}
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
         """Per queue, the first offset stored at or after the time (the max offset if none is)."""
-        return self._each(queues, lambda address, q: self.client.search_offset(address, q, timestamp_ms, Boundary.LOWER))
+        return self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
+                               "offsets by time")
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         """The group's stored offset per queue; None where it has stored none."""
-        return self._each(queues, lambda address, q: self.client.query_consumer_offset(address, q, group))
+        return self._per_queue(queues, lambda q: calls.query_consumer_offset(q, group), "stored offsets")
 
-    def commit(self, offsets: Mapping[MessageQueue, int]) -> OffsetMap:
-        """Store each queue's next offset to read for the group; return what was stored.
+    def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
+        """Store each queue's next offset to read for the group, in one round of requests.
 
         One attempt each, and only on queues whose broker is routable now: what is left out is
         stored at a later trigger, which is better than holding up this one.
         """
-        routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
-        self._each(routable, lambda address, q: self._store(address, q, routable[q]), retry=False)
-        return routable
-
-    def _store(self, address: str, queue: MessageQueue, offset: int) -> None:
         group = self.options.consumer_group
         assert group is not None
-        try:
-            self.client.update_consumer_offset(address, queue, group, offset)
-        except BrokerResponseError as err:
-            if err.code != codes.ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
-                raise
+        routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
+        result = self._store(group, routable, list(routable))
+        unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
+        if unknown:
             # A broker refuses offsets of a group it has never seen, and creates the group on its
-            # first pull (autoCreateSubscriptionGroup). An empty pull at the offset costs nothing.
-            self.client.pull(address, queue, offset, group=group, max_messages=1,
-                             subscription=self.options.sub_expression,
-                             expression_type=self.options.expression_type)
-            self.client.update_consumer_offset(address, queue, group, offset)
+            # first pull (autoCreateSubscriptionGroup): one empty pull per broker, then again.
+            for queue in {q.broker_name: q for q in unknown}.values():
+                self.client.pull(self._addresses[queue], queue, routable[queue], group=group, max_messages=1,
+                                 subscription=self.options.sub_expression,
+                                 expression_type=self.options.expression_type)
+            again = self._store(group, routable, unknown)
+            result.stored.update(again.stored)
+            result.failed = {q: err for q, err in {**result.failed, **again.failed}.items() if q not in again.stored}
+        return result
+
+    def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
+        outcomes = self.client.call_many(
+            [(self._addresses[q], calls.update_consumer_offset(q, group, offsets[q])) for q in queues])
+        result = CommitResult()
+        for queue, outcome in zip(queues, outcomes):
+            if isinstance(outcome, RocketMQError):
+                result.failed[queue] = outcome
+            else:
+                result.stored[queue] = offsets[queue]
+        if result.failed:
+            self._routes_changed()
+        return result
+
+
+def _group_unknown(error: RocketMQError) -> bool:
+    return isinstance(error, BrokerResponseError) and error.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST

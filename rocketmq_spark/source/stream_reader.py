@@ -90,7 +90,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}
         self._latest = latest
-        earliest = self.offsets.min_offsets(latest)
+        # Min offsets only where data can have been lost: a queue whose start is its end has
+        # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
+        earliest = dict(latest)
+        earliest.update(self.offsets.min_offsets([q for q in latest if start_map.get(q) != latest[q]]))
         # Queues whose broker is away keep their offsets until it is back.
         waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
         carried = {q: start_map[q] for q in waiting}
@@ -152,12 +155,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not changed:
             return
         try:
-            stored = self.offsets.commit(changed)
+            result = self.offsets.commit(changed)
         except RocketMQError as err:
             log.warning("could not store offsets for group %s (%s); the next trigger tries again",
                         self.options.consumer_group, err)
             return
-        self._stored.update(stored)
+        self._stored.update(result.stored)
+        if result.failed:
+            queue, err = next(iter(result.failed.items()))
+            log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
+                        "tries again", len(result.failed), self.options.consumer_group, queue, err)
 
     def stop(self) -> None:
         if self._reader is not None:

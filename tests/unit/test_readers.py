@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
+from rocketmq_spark.source.offset_reader import CommitResult
 from rocketmq_spark.source.offsets import OffsetMap, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
@@ -69,11 +70,11 @@ class FakeOffsets:
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         return {q: self.stored.get(q) for q in queues}
 
-    def commit(self, offsets: Mapping[MessageQueue, int]) -> OffsetMap:
+    def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
         routable = {q: o for q, o in offsets.items() if q.broker_name not in self.away}
         self.stored.update(routable)
         self.commits.append(routable)
-        return routable
+        return CommitResult(stored=routable)
 
     def close(self) -> None:
         pass
@@ -96,11 +97,13 @@ def spark(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
 
 
 def ranges(parts: Iterable[Any]) -> list[tuple[MessageQueue, int, int]]:
+    """The queue ranges of the partitions, in order."""
     out = []
     for part in parts:
         assert isinstance(part, RocketMQPartition)
-        assert part.address == ADDRESS[part.queue.broker_name]
-        out.append((part.queue, part.start, part.end))
+        for r in part.ranges:
+            assert r.address == ADDRESS[r.queue.broker_name]
+            out.append((r.queue, r.start, r.end))
     return out
 
 
@@ -250,7 +253,7 @@ def test_partitions_carry_what_a_task_needs() -> None:
     fake.ranges = {MessageQueue("ns%" + TOPIC, "broker-a", 0): (0, 10)}
     [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
     assert isinstance(part, RocketMQPartition)
-    assert (part.display_topic, part.group, part.tag_filter, part.pull_batch_size) == (
+    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size) == (
         TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7)
 
 

@@ -1,0 +1,170 @@
+"""What the driver sends per trigger, counted against fake brokers: it must grow with brokers and
+topics, not with queues (a production topic has hundreds to thousands of queues).
+
+The fake answers with the bytes a broker sends (topic stats as fastjson, offsets in header
+fields), so the calls' own readers run as they do against a real broker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.calls import Call, parse_topic_stats
+from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
+from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
+from rocketmq_spark.source.offset_reader import OffsetReader
+from rocketmq_spark.source.offsets import from_spark
+from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+
+BROKERS = 4
+TOPICS = ("orders", "refunds")
+PERM_READ_WRITE = 6
+
+
+class FakeBrokers:
+    """Brokers holding ``[0, messages)`` on every queue of the topics, counting every request."""
+
+    def __init__(self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10) -> None:
+        self.queues_per_broker = queues_per_broker
+        self.topic_stats = topic_stats
+        self.max = {MessageQueue(t, f"broker-{b}", q): messages
+                    for t in TOPICS for b in range(BROKERS) for q in range(queues_per_broker)}
+        self.stored: dict[MessageQueue, int] = {}
+        self.sent: list[int] = []  # request codes, in order
+        self.rounds = 0  # call_many calls
+
+    @staticmethod
+    def address(broker: str) -> str:
+        return f"127.0.0.{int(broker.rsplit('-', 1)[1]) + 1}:10911"
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        self.sent.append(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+        names = [f"broker-{b}" for b in range(BROKERS)]
+        return TopicRoute(
+            topic,
+            tuple(QueueData(n, self.queues_per_broker, self.queues_per_broker, PERM_READ_WRITE) for n in names),
+            {n: BrokerData(n, {0: self.address(n)}) for n in names},
+        )
+
+    def live_brokers(self) -> frozenset[str]:
+        self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
+        return frozenset(f"broker-{b}" for b in range(BROKERS))
+
+    def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
+        self.rounds += 1
+        outcomes = []
+        for address, call in addressed:
+            self.sent.append(call.code)
+            try:
+                outcomes.append(call.read(self.answer(call), address))
+            except RocketMQError as err:
+                outcomes.append(err)
+        return outcomes
+
+    def answer(self, call: Call[Any]) -> RemotingCommand:
+        fields = call.fields
+        code = call.code
+        if code == RequestCode.GET_TOPIC_STATS_INFO:
+            if not self.topic_stats:
+                return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
+            table = ",".join(
+                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
+                + json.dumps({"lastUpdateTimestamp": 0, "maxOffset": high, "minOffset": 0})
+                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
+            )
+            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + table + '}}').encode())
+        queue = MessageQueue(str(fields["topic"]), str(fields["bname"]), int(fields["queueId"]))  # type: ignore[call-overload]
+        if code == RequestCode.GET_MAX_OFFSET:
+            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.max[queue])})
+        if code == RequestCode.GET_MIN_OFFSET:
+            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        if code == RequestCode.QUERY_CONSUMER_OFFSET:
+            if queue not in self.stored:
+                return RemotingCommand(ResponseCode.QUERY_NOT_FOUND)
+            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.stored[queue])})
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
+            return RemotingCommand(ResponseCode.SUCCESS)
+        raise AssertionError(f"unexpected request {code}")
+
+    def close(self) -> None:
+        pass
+
+
+def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]:
+    """A stream of both topics after its first trigger and commit: the next trigger is idle."""
+    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
+                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, streaming=True)
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    reader.commit(end)
+    return reader, end
+
+
+def idle_trigger(reader: RocketMQStreamReader, end: dict[str, Any], brokers: FakeBrokers) -> list[int]:
+    before = len(brokers.sent)
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    return brokers.sent[before:]
+
+
+@pytest.mark.parametrize("queues_per_broker", [16, 256])
+def test_an_idle_trigger_asks_each_broker_once_per_topic(queues_per_broker: int) -> None:
+    brokers = FakeBrokers(queues_per_broker)
+    reader, end = started(brokers)
+    assert brokers.stored == brokers.max  # the first batch was committed on every queue
+    sent = idle_trigger(reader, end, brokers)
+    assert sent == [RequestCode.GET_TOPIC_STATS_INFO] * (BROKERS * len(TOPICS))
+    assert len(sent) <= 3 * BROKERS * len(TOPICS)
+
+
+def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
+    counts = []
+    for queues_per_broker in (16, 256):
+        brokers = FakeBrokers(queues_per_broker)
+        reader, end = started(brokers)
+        counts.append(len(idle_trigger(reader, end, brokers)))
+    assert counts[0] == counts[1]
+
+
+def test_without_topic_stats_an_idle_trigger_asks_only_for_max_offsets() -> None:
+    """A 5.x proxy serves no per-topic answer: one request per queue, but no min offsets where
+    nothing can have been lost, and all of them back to back."""
+    brokers = FakeBrokers(64, topic_stats=False)
+    reader, end = started(brokers)
+    rounds = brokers.rounds
+    sent = idle_trigger(reader, end, brokers)
+    assert sent == [RequestCode.GET_MAX_OFFSET] * (BROKERS * 64 * len(TOPICS))
+    assert brokers.rounds - rounds == 1
+    assert RequestCode.GET_TOPIC_STATS_INFO not in sent  # not asked again once refused
+
+
+def test_a_commit_is_one_round_of_requests() -> None:
+    brokers = FakeBrokers(256)
+    reader, end = started(brokers)
+    for queue in brokers.max:
+        brokers.max[queue] += 5
+    rounds = brokers.rounds
+    later = reader.latestOffset(end, ReadAllAvailable())
+    before = len(brokers.sent)
+    reader.commit(later)
+    assert brokers.sent[before:] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
+    assert brokers.rounds - rounds == 2  # the trigger's topic stats, then the commit
+    assert brokers.stored == from_spark(later)
+
+
+def test_topic_stats_read_fastjson_object_keys() -> None:
+    body = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":6,"topic":"T8"}:{"lastUpdateTimestamp":17,'
+            b'"maxOffset":3,"minOffset":0},{"brokerName":"broker-a","queueId":5,"topic":"T8"}:{"maxOffset":9,'
+            b'"minOffset":-1}},"topicPutTps":200.0}')
+    stats = parse_topic_stats(body, "broker-a")
+    assert {q.queue_id: (s.min_offset, s.max_offset) for q, s in stats.items()} == {6: (0, 3), 5: (0, 9)}
+    assert parse_topic_stats(b'{"offsetTable":{}}', "broker-a") == {}
