@@ -1,4 +1,4 @@
-"""What one Spark task reads, planned on the driver: a picklable range with all a pull needs. No I/O."""
+"""What one Spark task reads, planned on the driver: picklable ranges with all a pull needs. No I/O."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.model import EXPRESSION_TAG, ClientConfig, MessageQueue
 from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
 
@@ -17,14 +18,20 @@ BATCH_READ_GROUP = "rocketmq-spark-reader"
 
 
 @dataclass(frozen=True)
-class RocketMQPartition(InputPartition):
-    """One Spark partition: offsets ``[start, end)`` of one queue."""
+class ReadRange:
+    """Offsets ``[start, end)`` of one queue, and the broker address that serves it."""
 
     queue: MessageQueue
     start: int
     end: int
     address: str
-    display_topic: str
+
+
+@dataclass(frozen=True)
+class RocketMQPartition(InputPartition):
+    """One Spark partition: one or more queue ranges, each read in offset order."""
+
+    ranges: tuple[ReadRange, ...]
     client: ClientConfig
     group: str
     sub_expression: str
@@ -33,32 +40,36 @@ class RocketMQPartition(InputPartition):
     pull_batch_size: int
     fail_on_data_loss: bool
     retry: Retry
+    namespace: str | None = None
 
     @property
     def reads_every_message(self) -> bool:
-        """No filter: every offset of the range holds a message this read returns."""
+        """No filter: every offset of a range holds a message this read returns."""
         return self.expression_type == EXPRESSION_TAG and self.tag_filter is None
 
+    def display_topic(self, topic: str) -> str:
+        """The topic as the user named it, without the namespace."""
+        return without_namespace(topic, self.namespace)
 
-def make_partitions(options: SourceOptions, ranges: list[QueueRange],
+
+def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
                     address_of: Callable[[MessageQueue], str]) -> list[RocketMQPartition]:
-    """Partitions for planned ranges, each told the address of its queue's broker."""
+    """A partition per group of planned ranges, each range told the address of its broker."""
     return [
         RocketMQPartition(
-            queue=r.queue, start=r.start, end=r.end, address=address_of(r.queue),
-            display_topic=options.display_topic(r.queue.topic), client=options.client,
-            group=options.consumer_group or BATCH_READ_GROUP, sub_expression=options.sub_expression,
-            expression_type=options.expression_type, tag_filter=options.tag_filter,
-            pull_batch_size=options.pull_batch_size, fail_on_data_loss=options.fail_on_data_loss,
-            retry=options.retry,
+            ranges=tuple(ReadRange(r.queue, r.start, r.end, address_of(r.queue)) for r in group),
+            client=options.client, group=options.consumer_group or BATCH_READ_GROUP,
+            sub_expression=options.sub_expression, expression_type=options.expression_type,
+            tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
+            fail_on_data_loss=options.fail_on_data_loss, retry=options.retry, namespace=options.namespace,
         )
-        for r in ranges
+        for group in groups
     ]
 
 
 def plan_partitions(options: SourceOptions, start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int],
                     address_of: Callable[[MessageQueue], str]) -> list[RocketMQPartition]:
-    """The partitions of a batch reading ``[start, end)``, split as the options ask."""
-    ranges = plan(start, end, min_partitions=options.min_partitions,
+    """The partitions of a batch reading ``[start, end)``, split and packed as the options ask."""
+    groups = plan(start, end, min_partitions=options.min_partitions,
                   max_per_partition=options.max_messages_per_partition)
-    return make_partitions(options, ranges, address_of)
+    return make_partitions(options, groups, address_of)

@@ -1,8 +1,9 @@
-"""Reading one queue range on an executor: pull, trim, keep exact tag matches, yield Arrow batches.
+"""Reading a partition on an executor: pull, trim, keep exact tag matches, yield Arrow batches.
 
-A Spark task gets a ``RocketMQPartition`` (planned on the driver, ``partition.py``): ``[start,
-end)`` on one queue with everything needed to pull it. Reading the same range twice yields the
-same rows, which is what lets Spark's checkpoint give exactly-once output.
+A Spark task gets a ``RocketMQPartition`` (planned on the driver, ``partition.py``): one or more
+queue ranges ``[start, end)`` with everything needed to pull them. Its thread keeps pulls of
+several ranges on the wire at once and reads each range in offset order. Reading the same ranges
+twice yields the same rows, which is what lets Spark's checkpoint give exactly-once output.
 
 Python workers are reused across tasks, so clients are cached per process and keep their
 connections from one micro-batch to the next.
@@ -21,17 +22,19 @@ import pyarrow as pa
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import RocketMQError
-from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.rows import BatchBuilder
 
 log = logging.getLogger(__name__)
 
-# Bounds of one Arrow batch: whichever is reached first.
+# Bounds of the rows a task holds before handing them to Spark: whichever is reached first.
 ARROW_BATCH_ROWS = 8192
 ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
-# Pulls of one task that may be on the wire at once (when no filter makes their ends unknowable).
+# Pulls of one range that may be on the wire at once (when no filter makes their ends unknowable),
+# and of one task across its ranges.
 PULLS_IN_FLIGHT = 4
+TASK_PULLS_IN_FLIGHT = 16
 # A planned offset the broker says is not there yet: consume queue dispatch can trail the
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
@@ -53,70 +56,107 @@ def shared_client(config: ClientConfig) -> RocketMQClient:
 
 def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None, *,
                    missing_data_wait_s: float = MISSING_DATA_WAIT_S) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``part`` as Arrow record batches of bounded size, in offset order.
+    """Yield the rows of ``part`` as Arrow record batches, each range's rows in offset order.
 
-    ``client`` defaults to this process's shared client for the partition's cluster.
+    Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
+    wire; what they have collected is handed out whenever it reaches the batch bounds, so memory
+    does not grow with the number of ranges. ``client`` defaults to this process's shared client.
     """
-    builder = BatchBuilder(part.display_topic, part.queue.broker_name, part.queue.queue_id, part.start,
-                           part.end, part.tag_filter)
-    pulls = _found_pulls(client or shared_client(part.client), part, missing_data_wait_s)
-    for body, low in pulls:
-        builder.add_pull(body, low)
-        if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
-            batch = builder.flush()
+    client = client or shared_client(part.client)
+    waiting = deque(_RangeRead(client, part, r, missing_data_wait_s) for r in part.ranges)
+    active: list[_RangeRead] = []
+    while waiting or active:
+        while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
+            active.append(waiting.popleft())
+        _send(active)
+        for read in active:
+            read.receive()
+        done = [read for read in active if read.done]
+        active = [read for read in active if not read.done]
+        full = (sum(read.builder.rows for read in active) >= ARROW_BATCH_ROWS
+                or sum(read.builder.body_bytes for read in active) >= ARROW_BATCH_BODY_BYTES)
+        for read in done + (active if full else []):
+            batch = read.builder.flush()
             if batch is not None:
                 yield batch
-    batch = builder.flush()
-    if batch is not None:
-        yield batch
 
 
-def _found_pulls(client: RocketMQClient, part: RocketMQPartition,
-                 missing_data_wait_s: float) -> Iterator[tuple[bytes, int]]:
-    """The bodies of the range's FOUND pulls in offset order, each with the offset below which
-    its messages were already handed out.
+def _send(active: list[_RangeRead]) -> None:
+    """Fill the task's window of pulls, a range at a time, so that every range gets its turn."""
+    in_flight = sum(len(read.sent) for read in active)
+    progress = True
+    while progress and in_flight < TASK_PULLS_IN_FLIGHT:
+        progress = False
+        for read in active:
+            if in_flight < TASK_PULLS_IN_FLIGHT and read.send_next():
+                in_flight += 1
+                progress = True
+
+
+class _RangeRead:
+    """The pulls of one range: which span to ask next and what each answer means.
 
     Without a filter every offset holds a message, so where each pull ends is known before it is
     answered and ``PULLS_IN_FLIGHT`` pulls of consecutive spans run at once; a short answer gets
     its span's rest pulled before the next span. With a filter the broker skips what does not
-    match and only the answer says where to go on, so pulls run one ahead of decoding instead.
+    match and only the answer says where to go on, so one pull at a time is on the wire.
     """
-    depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
-    accepted = part.start  # messages below this were handed out, or reported lost
-    requested = part.start  # where the next new span starts
-    in_flight: deque[tuple[int, int, _InFlight]] = deque()
 
-    def send(start: int, stop: int) -> tuple[int, int, _InFlight]:
-        return start, stop, _InFlight(client, part, start, stop - start)
+    def __init__(self, client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, missing_wait_s: float) -> None:
+        self.client = client
+        self.part = part
+        self.rng = rng
+        self.missing_wait_s = missing_wait_s
+        self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
+        self.accepted = rng.start  # messages below this were handed out, or reported lost
+        self.requested = rng.start  # where the next new span starts
+        self.sent: deque[tuple[int, int, _InFlight]] = deque()
+        self.builder = BatchBuilder(part.display_topic(rng.queue.topic), rng.queue.broker_name, rng.queue.queue_id,
+                                    rng.start, rng.end, part.tag_filter)
 
-    while accepted < part.end:
-        while len(in_flight) < depth and requested < part.end:
-            stop = min(requested + part.pull_batch_size, part.end)
-            in_flight.append(send(requested, stop))
-            requested = stop
-        start, stop, pull = in_flight.popleft()
+    @property
+    def done(self) -> bool:
+        return self.accepted >= self.rng.end
+
+    def _span(self, start: int, stop: int) -> tuple[int, int, _InFlight]:
+        return start, stop, _InFlight(self.client, self.part, self.rng, start, stop - start)
+
+    def send_next(self) -> bool:
+        """Put the next span on the wire, if the range has one and room for it."""
+        if self.done or len(self.sent) >= self.depth or self.requested >= self.rng.end:
+            return False
+        stop = min(self.requested + self.part.pull_batch_size, self.rng.end)
+        self.sent.append(self._span(self.requested, stop))
+        self.requested = stop
+        return True
+
+    def receive(self) -> None:
+        """Take the answer to the oldest span on the wire; its messages go to the builder."""
+        if not self.sent:
+            return
+        start, stop, pull = self.sent.popleft()
         result = pull.result()
         status = result.status
         if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
             if status is PullStatus.FOUND:
-                yield result.body, accepted
-            accepted = max(accepted, result.next_begin_offset, start + 1)
-            if depth == 1:
-                requested = accepted  # only the answer says where to go on
+                self.builder.add_pull(result.body, self.accepted)
+            self.accepted = max(self.accepted, result.next_begin_offset, start + 1)
+            if self.depth == 1:
+                self.requested = self.accepted  # only the answer says where to go on
             else:
-                if accepted < stop:  # a short answer: the rest of its span comes next
-                    in_flight.appendleft(send(accepted, stop))
+                if self.accepted < stop:  # a short answer: the rest of its span comes next
+                    self.sent.appendleft(self._span(self.accepted, stop))
                 # An answer can reach past every span sent (a batch record returned whole):
                 # new spans start after it.
-                requested = max(requested, accepted)
-            continue
+                self.requested = max(self.requested, self.accepted)
+            return
         if status is PullStatus.OFFSET_ILLEGAL:
-            resume = _offset_moved(part, start, result)
+            resume = _offset_moved(self.part, self.rng, start, result)
         else:  # NO_NEW_MSG below the planned end
-            resume = _missing(client, part, start, missing_data_wait_s)
-        # Start over from there; pulls still in flight are left to finish unread.
-        in_flight.clear()
-        accepted = requested = max(accepted, resume)
+            resume = _missing(self.client, self.part, self.rng, start, self.missing_wait_s)
+        # Start over from there; pulls still on the wire are left to finish unread.
+        self.sent.clear()
+        self.accepted = self.requested = max(self.accepted, resume)
 
 
 class _InFlight:
@@ -125,18 +165,20 @@ class _InFlight:
     pull fails in a way a retry can fix, ``result()`` pulls the same span again under the usual
     retry policy."""
 
-    __slots__ = ("client", "part", "offset", "count", "pending", "error")
+    __slots__ = ("client", "part", "rng", "offset", "count", "pending", "error")
 
-    def __init__(self, client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> None:
+    def __init__(self, client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int,
+                 count: int) -> None:
         self.client = client
         self.part = part
+        self.rng = rng
         self.offset = offset
         self.count = count
         self.pending: PendingPull | None = None
         self.error: RocketMQError | None = None
         try:
             self.pending = client.pull_async(
-                part.address, part.queue, offset, group=part.group, max_messages=count,
+                rng.address, rng.queue, offset, group=part.group, max_messages=count,
                 subscription=part.sub_expression, expression_type=part.expression_type,
             )
         except RocketMQError as err:
@@ -152,37 +194,32 @@ class _InFlight:
         assert error is not None
         if not error.retriable:
             raise error
-        log.warning("pull of %s at %d failed (%s); pulling it again", self.part.queue, self.offset, error)
-        return _pull(self.client, self.part, self.offset, self.count)
+        log.warning("pull of %s at %d failed (%s); pulling it again", self.rng.queue, self.offset, error)
+        part, rng = self.part, self.rng
+        return part.retry.call(
+            lambda: self.client.pull(rng.address, rng.queue, self.offset, group=part.group, max_messages=self.count,
+                                     subscription=part.sub_expression, expression_type=part.expression_type),
+            f"pull of {rng.queue} at {self.offset}",
+        )
 
 
-def _pull(client: RocketMQClient, part: RocketMQPartition, offset: int, count: int) -> PullResult:
-    return part.retry.call(
-        lambda: client.pull(
-            part.address, part.queue, offset, group=part.group, max_messages=count,
-            subscription=part.sub_expression, expression_type=part.expression_type,
-        ),
-        f"pull of {part.queue} at {offset}",
-    )
-
-
-def _offset_moved(part: RocketMQPartition, offset: int, result: PullResult) -> int:
+def _offset_moved(part: RocketMQPartition, rng: ReadRange, offset: int, result: PullResult) -> int:
     """The broker no longer has ``offset``: below its min (expired) or above its max (gone backwards)."""
     corrected = result.next_begin_offset
     if corrected > offset:
-        lost_to = min(corrected, part.end)
-        on_data_loss([DataLoss.expired(part.queue, offset, lost_to, result.min_offset)], part.fail_on_data_loss)
+        lost_to = min(corrected, rng.end)
+        on_data_loss([DataLoss.expired(rng.queue, offset, lost_to, result.min_offset)], part.fail_on_data_loss)
         return lost_to
-    on_data_loss([DataLoss.went_backwards(part.queue, offset, part.end, result.max_offset)], part.fail_on_data_loss)
-    return part.end
+    on_data_loss([DataLoss.went_backwards(rng.queue, offset, rng.end, result.max_offset)], part.fail_on_data_loss)
+    return rng.end
 
 
-def _missing(client: RocketMQClient, part: RocketMQPartition, offset: int, wait_s: float) -> int:
+def _missing(client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int, wait_s: float) -> int:
     """Planned offsets the broker does not (yet) serve: wait briefly, then treat them as lost."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         time.sleep(MISSING_DATA_POLL_S)
-        if part.retry.call(lambda: client.max_offset(part.address, part.queue), f"max offset of {part.queue}") > offset:
+        if part.retry.call(lambda: client.max_offset(rng.address, rng.queue), f"max offset of {rng.queue}") > offset:
             return offset
-    on_data_loss([DataLoss.not_served(part.queue, offset, part.end)], part.fail_on_data_loss)
-    return part.end
+    on_data_loss([DataLoss.not_served(rng.queue, offset, rng.end)], part.fail_on_data_loss)
+    return rng.end

@@ -181,7 +181,50 @@ def checked_starts(start: Mapping[MessageQueue, int], earliest: Mapping[MessageQ
     return fixed
 
 
+# Packing small ranges into one partition. A range costs its messages plus about what reading
+# RANGE_COST messages costs (a pull round trip, a batch of its own), and a partition holds up to
+# PARTITION_COST of that: a trigger of a few messages on each of a thousand queues is a handful
+# of tasks, while a queue range of PARTITION_COST messages or more is a partition of its own, so
+# a backfill of a large topic gets a task per queue, or more where the ranges are split.
+RANGE_COST = 256
+PARTITION_COST = 100_000
+
+
+def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, range_cost: int = RANGE_COST,
+         partition_cost: int = PARTITION_COST) -> list[list[QueueRange]]:
+    """The pieces grouped into partitions: a large piece alone, small ones together.
+
+    Small pieces keep their order (queue by queue, each queue's pieces in offset order) and are
+    cut into the fewest runs of about equal cost that stay under ``partition_cost``, and into at
+    least ``min_partitions`` partitions in all when there are that many pieces.
+    """
+    alone = [[piece] for piece in pieces if piece.size + range_cost > partition_cost]
+    small = [piece for piece in pieces if piece.size + range_cost <= partition_cost]
+    if not small:
+        return alone
+    costs = [piece.size + range_cost for piece in small]
+    total = sum(costs)
+    wanted = max(math.ceil(total / partition_cost), (min_partitions or 1) - len(alone), 1)
+    wanted = min(wanted, len(small))
+    share = total / wanted
+    groups: list[list[QueueRange]] = []
+    before = 0
+    for index, (piece, cost) in enumerate(zip(small, costs)):
+        to_open = wanted - len(groups)
+        # A new run starts where this piece's middle passes the runs' shares so far, or where
+        # each piece left must open a run of its own for the count to be reached.
+        if not groups or (to_open > 0 and (before + cost / 2 > share * len(groups) or len(small) - index <= to_open)):
+            groups.append([])
+        groups[-1].append(piece)
+        before += cost
+    return alone + groups
+
+
 def plan(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int], *, min_partitions: int | None,
-         max_per_partition: int | None) -> list[QueueRange]:
-    """The ranges one batch reads, split as the options ask: the planning every reader shares."""
-    return split_ranges(plan_ranges(start, end), min_partitions=min_partitions, max_per_partition=max_per_partition)
+         max_per_partition: int | None) -> list[list[QueueRange]]:
+    """The ranges one batch reads, split as the options ask and packed into partitions: the
+    planning every reader shares."""
+    pieces = split_ranges(plan_ranges(start, end), min_partitions=min_partitions, max_per_partition=max_per_partition)
+    # maxMessagesPerPartition bounds what one partition reads, packed or not.
+    cost = PARTITION_COST if max_per_partition is None else min(PARTITION_COST, max_per_partition + RANGE_COST)
+    return pack(pieces, min_partitions=min_partitions, partition_cost=cost)

@@ -7,6 +7,7 @@ drives the answers a broker can give but rarely does on demand.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ from rocketmq_spark.remoting.errors import DataLossError, ProtocolError, Request
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
 from rocketmq_spark.source.options import parse_tag_expression
-from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.records import inner_message, properties_block, record
 
@@ -47,6 +48,7 @@ class FakeQueue:
         self.failures: list[int] = []  # one entry per answer still to fail with ``failure``
         self.failure: Exception = RequestTimeoutError("no answer in time")
         self.most_active = 0
+        self.served = 0  # messages answered so far
 
     def tag(self, offset: int) -> str:
         return self.tags.get(offset, "TagA")
@@ -93,6 +95,7 @@ class FakeQueue:
             scanned += len(span)
             at = span.stop
         status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
+        self.served += found
         return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records))
 
 
@@ -131,7 +134,7 @@ def broker() -> list[FakeQueue]:
 def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
               pull_batch_size: int = 32, fail_on_data_loss: bool = True) -> RocketMQPartition:
     return RocketMQPartition(
-        queue=QUEUE, start=start, end=end, address="127.0.0.1:1", display_topic="orders",
+        ranges=(ReadRange(QUEUE, start, end, "127.0.0.1:1"),),
         client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
         expression_type=expression_type,
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
@@ -229,3 +232,76 @@ def test_spans_after_an_answer_that_covers_them_are_not_pulled(broker: list[Fake
     assert offsets(broker, partition(0, 200, pull_batch_size=5)) == list(range(200))
     sent = [offset for offset, _ in queue.pulls]
     assert not [o for o in sent if 5 * reader.PULLS_IN_FLIGHT <= o < 100]  # nothing inside the batch
+
+
+# ------------------------------------------------------------- several ranges
+
+
+class QueuesClient:
+    """Answers each pull from the fake queue of the queue it names."""
+
+    def __init__(self, queues: dict[MessageQueue, FakeQueue]) -> None:
+        self.queues = queues
+        self.active = 0
+        self.most_active = 0
+
+    def pull_async(self, address: str, queue: MessageQueue, *args: Any, **kwargs: Any) -> Any:
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        pending = self.queues[queue].pull_async(address, queue, *args, **kwargs)
+        client = self
+
+        class Counted:
+            def result(self) -> PullResult:
+                client.active -= 1
+                return pending.result()
+
+        return Counted()
+
+    def max_offset(self, address: str, queue: MessageQueue) -> int:
+        return self.queues[queue].max_offset
+
+
+def multi(ranges: list[tuple[MessageQueue, int, int]], **kwargs: Any) -> RocketMQPartition:
+    one = partition(0, 1, **kwargs)
+    return dataclasses.replace(one, ranges=tuple(ReadRange(q, s, e, "127.0.0.1:1") for q, s, e in ranges))
+
+
+def rows_by_queue(batches: list[pa.RecordBatch]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for batch in batches:
+        for queue_id, offset in zip(batch.column("queueId").to_pylist(), batch.column("queueOffset").to_pylist()):
+            out.setdefault(queue_id, []).append(offset)
+    return out
+
+
+@pytest.mark.parametrize("expression", [SUBSCRIBE_ALL, "TagA"])
+def test_a_partition_of_many_ranges_reads_each_once_in_order_with_pulls_across_them(expression: str) -> None:
+    queues = {MessageQueue("orders", "broker-a", q): FakeQueue(50, cap=7) for q in range(40)}
+    client = QueuesClient(queues)
+    part = multi([(q, q.queue_id % 5, 50 - q.queue_id % 3) for q in queues], expression=expression, pull_batch_size=8)
+    batches = list(read_partition(part, client, missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
+    assert rows_by_queue(batches) == {q.queue_id: list(range(q.queue_id % 5, 50 - q.queue_id % 3)) for q in queues}
+    assert client.most_active == reader.TASK_PULLS_IN_FLIGHT  # several ranges on the wire, never more
+    assert all(len(set(batch.column("queueId").to_pylist())) == 1 for batch in batches)
+
+
+def test_memory_stays_bounded_however_many_ranges_a_task_reads() -> None:
+    queues = {MessageQueue("orders", "broker-a", q): FakeQueue(2000, scan_limit=2000) for q in range(64)}
+    part = multi([(q, 0, 2000) for q in queues], pull_batch_size=32)
+    handed_out = 0
+    most_held = 0
+    for batch in read_partition(part, QueuesClient(queues), missing_data_wait_s=MISSING_DATA_WAIT_S):  # type: ignore[arg-type]
+        most_held = max(most_held, sum(q.served for q in queues.values()) - handed_out)
+        handed_out += batch.num_rows
+    assert handed_out == 64 * 2000
+    # Rows are handed out once the ranges being read hold a batch's worth, not when the task ends.
+    assert most_held <= reader.ARROW_BATCH_ROWS + reader.TASK_PULLS_IN_FLIGHT * 32
+
+
+def test_data_loss_in_one_range_leaves_the_others_whole() -> None:
+    queues = {MessageQueue("orders", "broker-a", 0): FakeQueue(100, min_offset=60),
+              MessageQueue("orders", "broker-a", 1): FakeQueue(100)}
+    part = multi([(q, 0, 100) for q in queues], fail_on_data_loss=False)
+    batches = list(read_partition(part, QueuesClient(queues), missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
+    assert rows_by_queue(batches) == {0: list(range(60, 100)), 1: list(range(100))}

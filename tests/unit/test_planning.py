@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.planning import (
-    DataLoss, QueueRange, backlog, on_data_loss, plan_ranges, rate_limit, reconcile, split_ranges,
+    PARTITION_COST, RANGE_COST, DataLoss, QueueRange, backlog, on_data_loss, pack, plan, plan_ranges, rate_limit,
+    reconcile, split_ranges,
 )
 from rocketmq_spark.model import MessageQueue
 
@@ -83,3 +84,56 @@ def test_data_loss_policy_fails_naming_queue_and_offsets_or_warns(caplog: pytest
     assert "t/broker-a/0: offsets [5, 10)" in caplog.text
     gone = DataLoss(B0, 7, 7, "cannot be read: the queue is gone from the topic's route")
     assert gone.describe() == "t/broker-b/0: offsets from 7 on cannot be read: the queue is gone from the topic's route"
+
+
+# ----------------------------------------------------------------------- packing
+
+
+def queues(count: int, brokers: int = 2) -> list[MessageQueue]:
+    return [MessageQueue("t", f"broker-{b}", q) for b in range(brokers) for q in range(count // brokers)]
+
+
+def test_a_trickle_on_a_thousand_queues_is_a_handful_of_partitions() -> None:
+    many = queues(1024)
+    groups = plan({q: 0 for q in many}, {q: 10 for q in many}, min_partitions=None, max_per_partition=None)
+    assert 2 <= len(groups) <= 8
+    assert sorted(r for group in groups for r in group) == [QueueRange(q, 0, 10) for q in sorted(many)]
+    assert max(map(len, groups)) - min(map(len, groups)) <= 1  # even shares
+
+
+def test_a_large_range_is_a_partition_of_its_own_and_the_small_ones_share() -> None:
+    big = QueueRange(A0, 0, PARTITION_COST)
+    small = [QueueRange(MessageQueue("t", "broker-b", q), 5, 15) for q in range(100)]
+    groups = pack([big, *small])
+    assert groups == [[big], small]
+
+
+def test_a_backfill_of_a_large_topic_gets_a_partition_per_queue_or_more() -> None:
+    many = queues(1024)
+    per_queue = 100_000  # 100 M messages in all
+    groups = plan({q: 0 for q in many}, {q: per_queue for q in many}, min_partitions=None, max_per_partition=None)
+    assert len(groups) == 1024
+    groups = plan({q: 0 for q in many}, {q: per_queue for q in many}, min_partitions=None, max_per_partition=25_000)
+    assert len(groups) == 4096
+
+
+def test_packing_keeps_min_partitions_and_max_messages_per_partition() -> None:
+    many = queues(64)
+    start, end = {q: 0 for q in many}, {q: 10 for q in many}
+    assert len(plan(start, end, min_partitions=20, max_per_partition=None)) == 20
+    bounded = plan(start, end, min_partitions=None, max_per_partition=25)
+    assert all(sum(r.size for r in group) <= 25 for group in bounded)
+
+
+@given(st.lists(st.integers(1, 3 * PARTITION_COST), min_size=1, max_size=60), st.integers(1, 80))
+def test_packing_covers_each_piece_once_in_order(sizes: list[int], min_parts: int) -> None:
+    pieces = [QueueRange(MessageQueue("t", "b", i), 0, size) for i, size in enumerate(sizes)]
+    groups = pack(pieces, min_partitions=min_parts)
+    flat = [r for group in groups for r in group]
+    assert sorted(flat) == sorted(pieces) and len(flat) == len(pieces)
+    assert all(group for group in groups)
+    assert len(groups) >= min(min_parts, len(pieces))
+    for group in groups:
+        if len(group) > 1:  # only small pieces share, and a shared partition stays under the bound
+            assert all(r.size + RANGE_COST <= PARTITION_COST for r in group)
+            assert [r.queue for r in group] == sorted(r.queue for r in group)
