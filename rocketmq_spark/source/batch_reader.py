@@ -30,9 +30,9 @@ class RocketMQBatchReader(DataSourceReader):
         reader = self._open_offsets(self.options)
         try:
             addresses = reader.queues()
-            queues = sorted(addresses)
+            latest = reader.max_offsets(sorted(addresses))
+            queues = sorted(latest)  # without the queues of a broker that left meanwhile
             earliest = reader.min_offsets(queues)
-            latest = reader.max_offsets(queues)
             start = checked_starts(starting_offsets(self.options, queues, reader), earliest, latest,
                                    self.options.fail_on_data_loss)
             end = self._ending_offsets(reader, queues, latest)

@@ -163,7 +163,12 @@ class OffsetReader:
     # ----------------------------------------------------------------- offsets
 
     def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        """Each queue's next offset; the min offsets come with them where topic stats answer."""
+        """Each queue's next offset; the min offsets come with them where topic stats answer.
+
+        A broker that does not answer sends the routes to be asked again at once: its queues are
+        left out if it is no longer registered (the caller waits for them), else asked one by
+        one under the retry policy.
+        """
         wanted = list(queues)
         self._known_min = {}
         latest: OffsetMap = {}
@@ -171,19 +176,23 @@ class OffsetReader:
                            if self.address(q) not in self._no_topic_stats})
         outcomes = self.client.call_many([(address, calls.topic_stats(topic, broker))
                                           for topic, broker, address in stats_of]) if stats_of else []
+        unanswered = False
         for (topic, broker, address), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS:
                 self._no_topic_stats.add(address)
             elif isinstance(outcome, RocketMQError):
                 if not outcome.retriable:
                     raise outcome
-                self._routes_changed()  # the per-queue requests below retry it
+                unanswered = True
             else:
                 if any(q not in self._addresses for q in outcome):
                     self._routes_changed()  # the broker has queues the route does not list yet
                 for queue, offsets in outcome.items():
                     latest[queue] = offsets.max_offset
                     self._known_min[queue] = offsets.min_offset
+        if unanswered:
+            routed = self.queues(missing_ok=True, fresh=True)
+            wanted = [q for q in wanted if q in routed]
         rest = [q for q in wanted if q not in latest]
         latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
         return {q: latest[q] for q in wanted}

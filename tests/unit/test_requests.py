@@ -18,7 +18,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call, parse_topic_stats
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
@@ -40,6 +40,7 @@ class FakeBrokers:
                     for t in TOPICS for b in range(BROKERS) for q in range(queues_per_broker)}
         self.stored: dict[MessageQueue, int] = {}
         self.sent: list[int] = []  # request codes, in order
+        self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
         self.rounds = 0  # call_many calls
 
     @staticmethod
@@ -48,7 +49,7 @@ class FakeBrokers:
 
     def topic_route(self, topic: str) -> TopicRoute:
         self.sent.append(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-        names = [f"broker-{b}" for b in range(BROKERS)]
+        names = [f"broker-{b}" for b in range(BROKERS) if f"broker-{b}" not in self.away]
         return TopicRoute(
             topic,
             tuple(QueueData(n, self.queues_per_broker, self.queues_per_broker, PERM_READ_WRITE) for n in names),
@@ -57,13 +58,16 @@ class FakeBrokers:
 
     def live_brokers(self) -> frozenset[str]:
         self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
-        return frozenset(f"broker-{b}" for b in range(BROKERS))
+        return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
         outcomes = []
         for address, call in addressed:
             self.sent.append(call.code)
+            if any(self.address(broker) == address for broker in self.away):
+                outcomes.append(ConnectionFailedError(f"cannot connect to {address}: refused"))
+                continue
             try:
                 outcomes.append(call.read(self.answer(call), address))
             except RocketMQError as err:
@@ -168,3 +172,17 @@ def test_topic_stats_read_fastjson_object_keys() -> None:
     stats = parse_topic_stats(body, "broker-a")
     assert {q.queue_id: (s.min_offset, s.max_offset) for q, s in stats.items()} == {6: (0, 3), 5: (0, 9)}
     assert parse_topic_stats(b'{"offsetTable":{}}', "broker-a") == {}
+
+
+def test_a_broker_that_left_while_routes_were_cached_is_waited_for_not_retried() -> None:
+    brokers = FakeBrokers(16)
+    reader, end = started(brokers)
+    brokers.away.add("broker-1")
+    later = reader.latestOffset(end, ReadAllAvailable())
+    assert later == end  # its queues keep their offsets until it is back
+    assert brokers.sent.count(RequestCode.GET_ROUTEINFO_BY_TOPIC) > len(TOPICS)  # the routes were asked again
+    brokers.away.clear()
+    for queue in brokers.max:
+        brokers.max[queue] += 1
+    reader.offsets.queues(fresh=True)
+    assert from_spark(reader.latestOffset(later, ReadAllAvailable())) == brokers.max
