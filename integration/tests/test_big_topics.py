@@ -74,11 +74,14 @@ def test_a_large_queue_is_split_and_the_small_ones_packed(spark: Any, rocketmq: 
 
     options = {"nameServer": rocketmq.namesrv_addr, "topic": topic, "maxMessagesPerPartition": str(per_partition)}
     partitions = RocketMQBatchReader(parse_options(options, streaming=False)).partitions()
-    big = [p for p in partitions if any(r.queue.queue_id == 0 for r in p.ranges)]
-    packed = [p for p in partitions if p not in big]
-    assert len(big) == -(-ends[("broker-a", 0)] // per_partition) and all(len(p.ranges) == 1 for p in big)
-    assert 1 <= len(packed) < small_queues - 1
-    assert sum(len(p.ranges) for p in packed) == small_queues - 1
+    with_big = [p for p in partitions if any(r.queue.queue_id == 0 for r in p.ranges)]
+    pieces = sorted((r.start, r.end) for p in with_big for r in p.ranges if r.queue.queue_id == 0)
+    # The large queue is split into pieces that no partition holds two of ...
+    assert len(pieces) == len(with_big) == -(-ends[("broker-a", 0)] // per_partition)
+    assert [end for _, end in pieces[:-1]] == [start for start, _ in pieces[1:]]
+    # ... the small queues share partitions, and no partition reads more than the bound.
+    assert len(partitions) < small_queues // 2
+    assert sum(len(p.ranges) for p in partitions) == len(pieces) + small_queues - 1
     assert all(sum(r.end - r.start for r in p.ranges) <= per_partition for p in partitions)
 
     df = batch_read(spark, rocketmq, topic, maxMessagesPerPartition=str(per_partition))

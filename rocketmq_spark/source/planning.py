@@ -190,13 +190,13 @@ RANGE_COST = 256
 PARTITION_COST = 100_000
 
 
-def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, range_cost: int = RANGE_COST,
-         partition_cost: int = PARTITION_COST) -> list[list[QueueRange]]:
+def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, max_messages: int | None = None,
+         range_cost: int = RANGE_COST, partition_cost: int = PARTITION_COST) -> list[list[QueueRange]]:
     """The pieces grouped into partitions: a large piece alone, small ones together.
 
     Small pieces keep their order (queue by queue, each queue's pieces in offset order) and are
-    cut into the fewest runs of about equal cost that stay under ``partition_cost``, and into at
-    least ``min_partitions`` partitions in all when there are that many pieces.
+    cut into runs of about equal cost, none over ``partition_cost`` or ``max_messages``, as few as
+    that allows and at least ``min_partitions`` partitions in all when there are that many pieces.
     """
     alone = [[piece] for piece in pieces if piece.size + range_cost > partition_cost]
     small = [piece for piece in pieces if piece.size + range_cost <= partition_cost]
@@ -204,18 +204,26 @@ def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, range_c
         return alone
     costs = [piece.size + range_cost for piece in small]
     total = sum(costs)
-    wanted = max(math.ceil(total / partition_cost), (min_partitions or 1) - len(alone), 1)
+    wanted = max(math.ceil(total / partition_cost), (min_partitions or 1) - len(alone), 1,
+                 math.ceil(sum(piece.size for piece in small) / max_messages) if max_messages else 1)
     wanted = min(wanted, len(small))
     share = total / wanted
     groups: list[list[QueueRange]] = []
-    before = 0
+    before = group_cost = group_messages = 0
     for index, (piece, cost) in enumerate(zip(small, costs)):
         to_open = wanted - len(groups)
-        # A new run starts where this piece's middle passes the runs' shares so far, or where
-        # each piece left must open a run of its own for the count to be reached.
-        if not groups or (to_open > 0 and (before + cost / 2 > share * len(groups) or len(small) - index <= to_open)):
+        full = group_cost + cost > partition_cost or (
+            max_messages is not None and group_messages + piece.size > max_messages)
+        # A new run starts where the piece would take its run past a bound, where its middle
+        # passes the runs' shares so far, or where each piece left must open a run of its own for
+        # the count to be reached.
+        if not groups or full or (
+                to_open > 0 and (before + cost / 2 > share * len(groups) or len(small) - index <= to_open)):
             groups.append([])
+            group_cost = group_messages = 0
         groups[-1].append(piece)
+        group_cost += cost
+        group_messages += piece.size
         before += cost
     return alone + groups
 
@@ -226,5 +234,4 @@ def plan(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int], *, 
     planning every reader shares."""
     pieces = split_ranges(plan_ranges(start, end), min_partitions=min_partitions, max_per_partition=max_per_partition)
     # maxMessagesPerPartition bounds what one partition reads, packed or not.
-    cost = PARTITION_COST if max_per_partition is None else min(PARTITION_COST, max_per_partition + RANGE_COST)
-    return pack(pieces, min_partitions=min_partitions, partition_cost=cost)
+    return pack(pieces, min_partitions=min_partitions, max_messages=max_per_partition)

@@ -125,15 +125,27 @@ def test_packing_keeps_min_partitions_and_max_messages_per_partition() -> None:
     assert all(sum(r.size for r in group) <= 25 for group in bounded)
 
 
-@given(st.lists(st.integers(1, 3 * PARTITION_COST), min_size=1, max_size=60), st.integers(1, 80))
-def test_packing_covers_each_piece_once_in_order(sizes: list[int], min_parts: int) -> None:
+@given(st.lists(st.integers(1, 3 * PARTITION_COST), min_size=1, max_size=60), st.integers(1, 80),
+       st.none() | st.integers(1, 2 * PARTITION_COST))
+def test_packing_covers_each_piece_once_in_order(sizes: list[int], min_parts: int, max_messages: int | None) -> None:
     pieces = [QueueRange(MessageQueue("t", "b", i), 0, size) for i, size in enumerate(sizes)]
-    groups = pack(pieces, min_partitions=min_parts)
+    groups = pack(pieces, min_partitions=min_parts, max_messages=max_messages)
     flat = [r for group in groups for r in group]
     assert sorted(flat) == sorted(pieces) and len(flat) == len(pieces)
     assert all(group for group in groups)
     assert len(groups) >= min(min_parts, len(pieces))
     for group in groups:
         if len(group) > 1:  # only small pieces share, and a shared partition stays under the bound
-            assert all(r.size + RANGE_COST <= PARTITION_COST for r in group)
+            assert sum(r.size + RANGE_COST for r in group) <= PARTITION_COST
+            assert max_messages is None or sum(r.size for r in group) <= max_messages
             assert [r.queue for r in group] == sorted(r.queue for r in group)
+
+
+def test_pieces_of_a_split_queue_never_share_past_max_messages_per_partition() -> None:
+    big = {A0: 3005}
+    small = {MessageQueue("t", "broker-a", q): 5 for q in range(1, 64)}
+    ends = {**big, **small}
+    groups = plan(dict.fromkeys(ends, 0), ends, min_partitions=None, max_per_partition=1000)
+    assert all(sum(r.size for r in group) <= 1000 for group in groups)
+    assert sorted(r for group in groups for r in group if r.queue == A0) == [
+        QueueRange(A0, 0, 752), QueueRange(A0, 752, 1503), QueueRange(A0, 1503, 2254), QueueRange(A0, 2254, 3005)]
