@@ -25,7 +25,9 @@ from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, RocketMQError, TopicNotFoundError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError, ConfigurationError, ProtocolError, RocketMQError, TopicNotFoundError,
+)
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
 
@@ -178,12 +180,13 @@ class OffsetReader:
                                           for topic, broker, address in stats_of]) if stats_of else []
         unanswered = False
         for (topic, broker, address), outcome in zip(stats_of, outcomes):
-            if isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS:
-                self._no_topic_stats.add(address)
+            if isinstance(outcome, ProtocolError) or (
+                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
+                self._no_topic_stats.add(address)  # from now on, queue by queue
             elif isinstance(outcome, RocketMQError):
-                if not outcome.retriable:
-                    raise outcome
-                unanswered = True
+                # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
+                # its queues' own answers below say where they stand, as they did before stats.
+                unanswered = unanswered or outcome.retriable
             else:
                 if any(q not in self._addresses for q in outcome):
                     self._routes_changed()  # the broker has queues the route does not list yet

@@ -18,7 +18,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call, parse_topic_stats
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, DataLossError, RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
@@ -41,6 +41,7 @@ class FakeBrokers:
         self.stored: dict[MessageQueue, int] = {}
         self.sent: list[int] = []  # request codes, in order
         self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
+        self.deleted: set[str] = set()  # topics whose config the brokers no longer hold
         self.rounds = 0  # call_many calls
 
     @staticmethod
@@ -78,6 +79,8 @@ class FakeBrokers:
         fields = call.fields
         code = call.code
         if code == RequestCode.GET_TOPIC_STATS_INFO:
+            if fields["topic"] in self.deleted:
+                return RemotingCommand(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{fields['topic']}] not exist")
             if not self.topic_stats:
                 return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
             table = ",".join(
@@ -186,3 +189,18 @@ def test_a_broker_that_left_while_routes_were_cached_is_waited_for_not_retried()
         brokers.max[queue] += 1
     reader.offsets.queues(fresh=True)
     assert from_spark(reader.latestOffset(later, ReadAllAvailable())) == brokers.max
+
+
+def test_a_topic_deleted_on_its_brokers_is_asked_queue_by_queue() -> None:
+    """Topic stats answer TOPIC_NOT_EXIST for a deleted topic; its queues' own answers then say
+    where they stand (here: back at 0, which the planning calls data loss)."""
+    brokers = FakeBrokers(4)
+    reader, end = started(brokers)
+    brokers.deleted.add("orders")
+    for queue in brokers.max:
+        if queue.topic == "orders":
+            brokers.max[queue] = 0
+    before = len(brokers.sent)
+    with pytest.raises(DataLossError, match="went backwards"):
+        reader.latestOffset(end, ReadAllAvailable())
+    assert brokers.sent[before:].count(RequestCode.GET_MAX_OFFSET) == BROKERS * 4
