@@ -4,7 +4,9 @@ messages at once. Both decoders use it, so the rules live here only.
 Java writes exactly that shape; when every block of a batch has it with no empty name or value,
 the batch is split with numpy and Arrow kernels. Anything else is parsed per message with the
 lenient rules of Java's ``string2messageProperties``. A name repeated in one message keeps its
-last value, as in Java's HashMap.
+last value, as in Java's HashMap, except ``UNIQ_KEY``, which keeps its first: a batch-sent message
+carries its own id and then, appended by 4.9 and 5.3 brokers with the batch's other properties,
+the batch's, and its own is the one the producer's SendResult gave.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 # The properties every row also shows as a column of its own.
 LOOKED_UP = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
+# Names whose first value wins when a message repeats them (see above).
+FIRST_WINS = frozenset({PROPERTY_UNIQ_KEY})
 
 _NAME_VALUE = NAME_VALUE_SEPARATOR.encode()[0]
 _ENTRY_END = PROPERTY_SEPARATOR.encode()[0]
@@ -31,11 +35,12 @@ _OFFSETS = np.int32
 
 def parse_properties(text: str) -> dict[str, str]:
     """Parse one block like ``string2messageProperties``: entries with an empty name or value are
-    skipped, a value keeps any further ``\\x01``, a later duplicate name wins."""
-    properties = {}
+    skipped, a value keeps any further ``\\x01``, a later duplicate name wins (but for
+    ``FIRST_WINS``)."""
+    properties: dict[str, str] = {}
     for entry in text.split(PROPERTY_SEPARATOR):
         key, _, value = entry.partition(NAME_VALUE_SEPARATOR)
-        if key and value:
+        if key and value and not (key in FIRST_WINS and key in properties):
             properties[key] = value
     return properties
 
@@ -75,13 +80,14 @@ def split_blocks(blocks: pa.BinaryArray) -> Properties:
     owner = np.repeat(np.arange(messages, dtype=np.int64), np.diff(offsets))
     encoded = pc.dictionary_encode(names)
     name_codes = encoded.indices.to_numpy()
-    keep = _last_of_each_name(owner, name_codes, len(encoded.dictionary))
+    dictionary = encoded.dictionary.to_pylist()
+    first_wins = [code for code, name in enumerate(dictionary) if name in FIRST_WINS]
+    keep = _one_of_each_name(owner, name_codes, len(dictionary), first_wins)
     if keep is not None:
         mask = pa.array(keep)
         names, values, owner, name_codes = names.filter(mask), values.filter(mask), owner[keep], name_codes[keep]
         offsets = np.zeros(messages + 1, np.int64)
         np.cumsum(np.bincount(owner, minlength=messages), out=offsets[1:])
-    dictionary = encoded.dictionary.to_pylist()
     looked_up = {}
     for name in LOOKED_UP:
         at = np.zeros(messages, np.int64)
@@ -125,18 +131,23 @@ def _entries(joined: np.ndarray, block_offsets: np.ndarray) -> tuple[np.ndarray,
     return lengths, offsets
 
 
-def _last_of_each_name(owner: np.ndarray, name_codes: np.ndarray, distinct: int) -> np.ndarray | None:
-    """Which entries to keep so that a name repeated in one message keeps its last value; None
-    when no message repeats a name (the usual case, checked with one sort)."""
+def _one_of_each_name(owner: np.ndarray, name_codes: np.ndarray, distinct: int,
+                      first_wins: list[int]) -> np.ndarray | None:
+    """Which entries to keep so that a name repeated in one message keeps one value: its last,
+    or its first for the name codes in ``first_wins``; None when no message repeats a name (the
+    usual case, checked with one sort)."""
     key = owner * distinct + name_codes
     ordered = np.sort(key)
     if not (ordered[1:] == ordered[:-1]).any():
         return None
     # The first of each key in reverse order is its last occurrence.
     _, first_reversed = np.unique(key[::-1], return_index=True)
-    keep = np.zeros(len(key), bool)
-    keep[len(key) - 1 - first_reversed] = True
-    return keep
+    last = np.zeros(len(key), bool)
+    last[len(key) - 1 - first_reversed] = True
+    _, first_index = np.unique(key, return_index=True)
+    first = np.zeros(len(key), bool)
+    first[first_index] = True
+    return np.where(np.isin(name_codes, first_wins), first, last)
 
 
 def _map_array(properties: list[dict[str, str]]) -> pa.MapArray:

@@ -137,11 +137,14 @@ def test_other_property_shapes_follow_java_rules(block: bytes) -> None:
     assert bulk(pulls) == per_record(pulls)
 
 
-def test_a_later_duplicate_property_wins() -> None:
-    pulls = [record(properties=b"UNIQ_KEY\x01first\x02TAGS\x01t\x02UNIQ_KEY\x01second\x02")]
+def test_a_later_duplicate_property_wins_but_a_message_keeps_its_own_id() -> None:
+    """As a 4.9 or 5.3 broker stores a batch-sent message: its own properties, then the batch's."""
+    pulls = [record(properties=b"UNIQ_KEY\x01own\x02TAGS\x01t\x02WAIT\x01false\x02UNIQ_KEY\x01batch\x02"
+                               b"WAIT\x01true\x02")]
     decoded = bulk(pulls)
-    assert decoded["properties"] == [{"UNIQ_KEY": "second", "TAGS": "t"}]
-    assert decoded["msg_id"] == ["second"]
+    assert decoded["properties"] == [{"UNIQ_KEY": "own", "TAGS": "t", "WAIT": "true"}]
+    assert decoded["msg_id"] == ["own"]
+    assert decoded == per_record(pulls)
 
 
 @pytest.mark.parametrize("case", case_names())
