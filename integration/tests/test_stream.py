@@ -215,11 +215,11 @@ def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_p
         row = by_position[position(message)]
         check = stored[position(message)]
         assert row.topic == topic
-        # The id the official consumer sees: the producer's own, except in a batch send, where the
-        # broker gives every message the batch's UNIQ_KEY.
-        assert row.msgId == check["msgId"]
-        if not message["body"].startswith("YmF0Y2hlZC"):  # base64 of "batched"
-            assert row.msgId == message["msgId"]
+        # The producer's own id, the one its SendResult gave, also in a batch send, where the
+        # broker appends the batch's UNIQ_KEY and the official consumer reports that instead.
+        assert row.msgId == message["msgId"] == row.properties["UNIQ_KEY"]
+        batched = message["body"].startswith("YmF0Y2hlZC")  # base64 of "batched"
+        assert (row.msgId == check["msgId"]) != batched
         assert row.offsetMsgId == message["offsetMsgId"] == check["offsetMsgId"]
         assert row.body == base64.b64decode(message["body"])
         assert row.tags == message["tags"]
@@ -227,7 +227,8 @@ def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_p
         for key, value in message["properties"].items():
             if key != "UNIQ_KEY":
                 assert row.properties[key] == value
-        assert row.properties == {k: v for k, v in check["properties"].items() if k not in ("MIN_OFFSET", "MAX_OFFSET")}
+        assert {k: v for k, v in row.properties.items() if k != "UNIQ_KEY"} == {
+            k: v for k, v in check["properties"].items() if k not in ("MIN_OFFSET", "MAX_OFFSET", "UNIQ_KEY")}
         assert int(row.storeTimestamp.timestamp() * 1000) == check["storeTimestamp"]
         assert int(row.bornTimestamp.timestamp() * 1000) == check["bornTimestamp"]
         assert row.storeHost.startswith("127.0.0.1:")
