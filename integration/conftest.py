@@ -1,8 +1,10 @@
 """Shared fixtures: the real RocketMQ cluster, a local SparkSession and the Java test tool.
 
-The cluster is started once per test run, on first use, and stopped at the end. Set
+The cluster is started once per test run, on first use, and stopped at the end; its RocketMQ
+release is ``ROCKETMQ_VERSION`` (default 5.3.3; see integration/versions.py). Set
 ``ROCKETMQ_NAMESRV=host:port`` (and ``ROCKETMQ_PROXY=host:port`` for the proxy tests) to run the
-tests against a cluster that is already up instead; it is then left running.
+tests against a cluster that is already up instead; it is then left running, and
+``ROCKETMQ_VERSION`` should name its release.
 """
 
 from __future__ import annotations
@@ -19,22 +21,24 @@ import pytest
 from integration.cluster import Cluster, ClusterConfig
 from integration.spark import local_spark
 from integration.support import ClusterHandle
+from integration.versions import release, selected_version
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
 def rocketmq() -> Iterator[ClusterHandle]:
-    """Two brokers (4.x-style masters broker-a and broker-b), the proxy in local mode, SQL92 on."""
+    """Two brokers (masters broker-a and broker-b), SQL92 on and, on 5.x, the proxy in cluster mode."""
     external = os.environ.get("ROCKETMQ_NAMESRV")
+    version = selected_version()
     if external:
-        yield ClusterHandle(external, os.environ.get("ROCKETMQ_PROXY"), None)
+        yield ClusterHandle(external, os.environ.get("ROCKETMQ_PROXY"), None, version)
         return
-    config = ClusterConfig(brokers=2, proxy=True, property_filter=True)
+    config = ClusterConfig(version=version, brokers=2, proxy=release(version).has_proxy, property_filter=True)
     cluster = Cluster(config)
     cluster.start()
     try:
-        yield ClusterHandle(config.namesrv_addr, config.proxy_addr, cluster)
+        yield ClusterHandle(config.namesrv_addr, config.proxy_addr if config.proxy else None, cluster, version)
     finally:
         cluster.stop()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, run_tool
+from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
@@ -19,10 +20,17 @@ QUERY_TIMEOUT_S = 300
 class ClusterHandle:
     """What a test needs to know of the cluster, whether this run started it or not."""
 
-    def __init__(self, namesrv_addr: str, proxy_addr: str | None, cluster: Cluster | None) -> None:
+    def __init__(self, namesrv_addr: str, proxy_addr: str | None, cluster: Cluster | None,
+                 version: str = DEFAULT_VERSION) -> None:
         self.namesrv_addr = namesrv_addr
         self.proxy_addr = proxy_addr
         self.cluster = cluster
+        self.version = version
+
+    @property
+    def major(self) -> int:
+        """4 or 5: what a test needs to know of the release to expect its behaviour."""
+        return release(self.version).major
 
     def tool(self, command: str, *args: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""

@@ -16,6 +16,9 @@ import java.util.TreeSet;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -28,7 +31,10 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RequestCode;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.body.ConsumerOffsetSerializeWrapper;
 import org.apache.rocketmq.remoting.protocol.header.QueryConsumerOffsetRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.UpdateConsumerOffsetRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
@@ -51,6 +57,10 @@ public final class Tool {
     private static final int MASTER_ID = 0;
     private static final int PERM_READ_WRITE = 6;
     private static final long POLL_GIVE_UP_NS = 120_000_000_000L;
+    private static final String TOPIC_GROUP_SEPARATOR = "@";
+    private static final String BROKER_VERSION_KEY = "brokerVersionDesc";
+    private static final String V4_PREFIX = "V4_";
+    private static final String SUBSCRIBE_ALL = "*";
 
     private Tool() {}
 
@@ -212,8 +222,11 @@ public final class Tool {
     }
 
     /**
-     * Queue offsets stored for a group, read with QUERY_CONSUMER_OFFSET and setZeroIfNotFound=false
-     * so that "nothing stored" (null) is told apart from a stored 0.
+     * Queue offsets stored for a group. {@code consumerOffset} comes from the broker's own offset
+     * table (GET_ALL_CONSUMER_OFFSET), so "nothing stored" (null) is told apart from a stored 0 on
+     * every release. {@code queriedOffset} is what QUERY_CONSUMER_OFFSET with
+     * setZeroIfNotFound=false answers (null for QUERY_NOT_FOUND): a 4.9 broker ignores that flag
+     * and answers 0 for a queue whose first message is still in memory.
      */
     private static void offsets(Args args) throws Exception {
         String topic = args.required("topic");
@@ -228,31 +241,55 @@ public final class Tool {
             }
             for (QueueData qd : route.getQueueDatas()) {
                 String addr = addrs.get(qd.getBrokerName());
+                Map<Integer, Long> table = storedOffsets(api, addr, topic, group);
                 for (int q = 0; q < qd.getReadQueueNums(); q++) {
                     MessageQueue mq = new MessageQueue(topic, qd.getBrokerName(), q);
-                    QueryConsumerOffsetRequestHeader h = new QueryConsumerOffsetRequestHeader();
-                    h.setConsumerGroup(group);
-                    h.setTopic(topic);
-                    h.setQueueId(q);
-                    h.setSetZeroIfNotFound(false);
-                    String stored;
-                    try {
-                        stored = Long.toString(api.queryConsumerOffset(addr, h, TIMEOUT_MS));
-                    } catch (MQBrokerException e) {
-                        if (e.getResponseCode() != ResponseCode.QUERY_NOT_FOUND) {
-                            throw e;
-                        }
-                        stored = "null";
-                    }
+                    Long stored = table.get(q);
                     long max = admin.maxOffset(mq);
                     long min = admin.minOffset(mq);
                     System.out.println("{\"topic\":" + Json.str(topic) + ",\"broker\":" + Json.str(qd.getBrokerName())
-                        + ",\"queueId\":" + q + ",\"consumerOffset\":" + stored + ",\"minOffset\":" + min
-                        + ",\"maxOffset\":" + max + "}");
+                        + ",\"queueId\":" + q + ",\"consumerOffset\":" + (stored == null ? "null" : stored.toString())
+                        + ",\"queriedOffset\":" + queried(api, addr, topic, group, q)
+                        + ",\"minOffset\":" + min + ",\"maxOffset\":" + max + "}");
                 }
             }
         } finally {
             admin.shutdown();
+        }
+    }
+
+    /** The group's entries of one broker's offset table for the topic, by queue id. */
+    private static Map<Integer, Long> storedOffsets(MQClientAPIImpl api, String addr, String topic, String group)
+        throws Exception {
+        RemotingCommand response = api.getRemotingClient().invokeSync(
+            addr, RemotingCommand.createRequestCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, null), TIMEOUT_MS);
+        if (response.getCode() == ResponseCode.SYSTEM_ERROR) {
+            // A broker that has stored no offset at all says so with SYSTEM_ERROR.
+            return Map.of();
+        }
+        if (response.getCode() != ResponseCode.SUCCESS) {
+            throw new MQBrokerException(response.getCode(), response.getRemark(), addr);
+        }
+        ConsumerOffsetSerializeWrapper all = ConsumerOffsetSerializeWrapper.decode(
+            response.getBody(), ConsumerOffsetSerializeWrapper.class);
+        Map<Integer, Long> mine = all.getOffsetTable().get(topic + TOPIC_GROUP_SEPARATOR + group);
+        return mine == null ? Map.of() : mine;
+    }
+
+    private static String queried(MQClientAPIImpl api, String addr, String topic, String group, int queue)
+        throws Exception {
+        QueryConsumerOffsetRequestHeader h = new QueryConsumerOffsetRequestHeader();
+        h.setConsumerGroup(group);
+        h.setTopic(topic);
+        h.setQueueId(queue);
+        h.setSetZeroIfNotFound(false);
+        try {
+            return Long.toString(api.queryConsumerOffset(addr, h, TIMEOUT_MS));
+        } catch (MQBrokerException e) {
+            if (e.getResponseCode() != ResponseCode.QUERY_NOT_FOUND) {
+                throw e;
+            }
+            return "null";
         }
     }
 
@@ -422,16 +459,49 @@ public final class Tool {
 
     // --------------------------------------------------------------- consumer
 
-    /** The official lite pull consumer reading every queue from its min offset: the benchmark baseline. */
+    /**
+     * Every message of the topic, read from each queue's min offset with the official client. On
+     * 5.x brokers that is the lite pull consumer (the benchmark baseline); it sends
+     * LITE_PULL_MESSAGE, which 4.x brokers do not serve, so there the plain pull consumer reads,
+     * with PULL_MESSAGE.
+     */
     private static void consume(Args args) throws Exception {
         String topic = args.required("topic");
         long count = Long.parseLong(args.required("count"));
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer(args.get("group", "it-lite-" + System.nanoTime()));
+        String group = args.get("group", "it-lite-" + System.nanoTime());
+        int batchSize = Integer.parseInt(args.get("batch-size", "32"));
+        Reading reading = new Reading(count, args.has("print"));
+        if (anyV4Broker(args)) {
+            consumeByPull(args, topic, group, batchSize, reading);
+        } else {
+            consumeByLitePull(args, topic, group, batchSize, reading);
+        }
+        reading.summary();
+    }
+
+    private static boolean anyV4Broker(Args args) throws Exception {
+        DefaultMQAdminExt admin = admin(args);
+        try {
+            for (String addr : masters(admin).values()) {
+                String version = admin.fetchBrokerRuntimeStats(addr).getTable().get(BROKER_VERSION_KEY);
+                if (version != null && version.startsWith(V4_PREFIX)) {
+                    return true;
+                }
+            }
+            return false;
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    private static void consumeByLitePull(Args args, String topic, String group, int batchSize, Reading reading)
+        throws Exception {
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(group);
         c.setNamesrvAddr(args.required("ns"));
         c.setInstanceName("it-consumer-" + System.nanoTime());
         c.setMqClientApiTimeout((int) TIMEOUT_MS);
         c.setAutoCommit(false);
-        c.setPullBatchSize(Integer.parseInt(args.get("batch-size", "32")));
+        c.setPullBatchSize(batchSize);
         c.start();
         try {
             List<MessageQueue> queues = new ArrayList<>(c.fetchMessageQueues(topic));
@@ -439,30 +509,82 @@ public final class Tool {
             for (MessageQueue q : queues) {
                 c.seekToBegin(q);
             }
-            boolean print = args.has("print");
-            long started = System.nanoTime();
-            long seen = 0;
-            long bytes = 0;
-            while (seen < count) {
-                List<MessageExt> batch = c.poll(TIMEOUT_MS);
-                if (batch.isEmpty() && System.nanoTime() - started > POLL_GIVE_UP_NS) {
-                    throw new IllegalStateException("only " + seen + " of " + count + " messages arrived");
-                }
-                for (MessageExt m : batch) {
-                    seen++;
-                    bytes += m.getBody().length;
-                    if (print) {
-                        printMessage(m);
-                    }
-                }
+            while (!reading.done()) {
+                reading.add(c.poll(TIMEOUT_MS));
             }
-            double secs = (System.nanoTime() - started) / 1e9;
-            String summary = "{\"messages\":" + seen + ",\"bytes\":" + bytes + ",\"seconds\":" + secs
-                + ",\"messagesPerSecond\":" + (seen / secs) + "}";
-            // With --print, stdout carries one line per message only.
-            (print ? System.err : System.out).println(summary);
         } finally {
             c.shutdown();
+        }
+    }
+
+    @SuppressWarnings("deprecation")
+    private static void consumeByPull(Args args, String topic, String group, int batchSize, Reading reading)
+        throws Exception {
+        DefaultMQPullConsumer c = new DefaultMQPullConsumer(group);
+        c.setNamesrvAddr(args.required("ns"));
+        c.setInstanceName("it-consumer-" + System.nanoTime());
+        c.setMqClientApiTimeout((int) TIMEOUT_MS);
+        c.start();
+        try {
+            Map<MessageQueue, Long> next = new HashMap<>();
+            for (MessageQueue q : c.fetchSubscribeMessageQueues(topic)) {
+                next.put(q, c.minOffset(q));
+            }
+            while (!reading.done()) {
+                List<MessageExt> round = new ArrayList<>();
+                for (Map.Entry<MessageQueue, Long> e : next.entrySet()) {
+                    PullResult r = c.pull(e.getKey(), SUBSCRIBE_ALL, e.getValue(), batchSize, TIMEOUT_MS);
+                    if (r.getPullStatus() == PullStatus.FOUND) {
+                        round.addAll(r.getMsgFoundList());
+                    }
+                    e.setValue(r.getNextBeginOffset());
+                }
+                reading.add(round);
+                if (round.isEmpty()) {
+                    Thread.sleep(ROUTE_POLL_MS);
+                }
+            }
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    /** Counts (and with --print, prints) what a consumer read, until the expected count arrived. */
+    static final class Reading {
+        private final long count;
+        private final boolean print;
+        private final long started = System.nanoTime();
+        private long seen;
+        private long bytes;
+
+        Reading(long count, boolean print) {
+            this.count = count;
+            this.print = print;
+        }
+
+        boolean done() {
+            return seen >= count;
+        }
+
+        void add(List<MessageExt> batch) {
+            if (batch.isEmpty() && System.nanoTime() - started > POLL_GIVE_UP_NS) {
+                throw new IllegalStateException("only " + seen + " of " + count + " messages arrived");
+            }
+            for (MessageExt m : batch) {
+                seen++;
+                bytes += m.getBody().length;
+                if (print) {
+                    printMessage(m);
+                }
+            }
+        }
+
+        void summary() {
+            double secs = (System.nanoTime() - started) / 1e9;
+            String line = "{\"messages\":" + seen + ",\"bytes\":" + bytes + ",\"seconds\":" + secs
+                + ",\"messagesPerSecond\":" + (seen / secs) + "}";
+            // With --print, stdout carries one line per message only.
+            (print ? System.err : System.out).println(line);
         }
     }
 

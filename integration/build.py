@@ -1,0 +1,119 @@
+"""Maven builds behind the launcher: a classpath per RocketMQ release, and the test tool.
+
+``integration/pom.xml`` resolves one release's servers and mqadmin into
+``target/classpath-<version>.txt``; ``integration/tool/pom.xml`` builds the tool on the official
+Java client into ``target/tool/``. Both are rebuilt only when older than their sources.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from integration.versions import release
+
+INTEGRATION_DIR = Path(__file__).resolve().parent
+SERVERS_POM = INTEGRATION_DIR / "pom.xml"
+TOOL_POM = INTEGRATION_DIR / "tool" / "pom.xml"
+TARGET = INTEGRATION_DIR / "target"
+TOOL_TARGET = TARGET / "tool"
+TOOL_JAR = TOOL_TARGET / "rocketmq-spark-it-tool.jar"
+TOOL_CLASSPATH_FILE = TOOL_TARGET / "classpath.txt"
+BUILD_LOCK_NAME = ".build.lock"
+# How much of Maven's output a failed build reports.
+MAVEN_OUTPUT_TAIL = 4000
+
+
+class BuildError(RuntimeError):
+    """Maven is missing or a build failed."""
+
+
+def classpath_file(version: str) -> Path:
+    return TARGET / f"classpath-{version}.txt"
+
+
+def _newer_than(outputs: list[Path], sources: list[Path]) -> bool:
+    if not all(out.exists() for out in outputs):
+        return False
+    built = min(out.stat().st_mtime for out in outputs)
+    return all(src.stat().st_mtime <= built for src in sources)
+
+
+def _tool_fresh() -> bool:
+    sources = [TOOL_POM, *INTEGRATION_DIR.glob("tool/src/**/*.java")]
+    return _newer_than([TOOL_JAR, TOOL_CLASSPATH_FILE], sources)
+
+
+def _servers_fresh(version: str) -> bool:
+    return _newer_than([classpath_file(version)], [SERVERS_POM])
+
+
+def _maven(pom: Path, *args: str) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BuildError("Maven (mvn) is not on PATH; install it to build the RocketMQ test tooling")
+    result = subprocess.run([mvn, "-q", "-B", "-f", str(pom), *args, "package"],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"mvn package ({pom.name} {' '.join(args)}) failed:\n"
+                         f"{result.stdout[-MAVEN_OUTPUT_TAIL:]}\n{result.stderr[-MAVEN_OUTPUT_TAIL:]}")
+
+
+def _locked_build(needed: Callable[[], bool], build: Callable[[], None]) -> None:
+    """Run ``build`` if ``needed()``, once across processes.
+
+    Tests run the tool from several processes at once; a lock keeps them from building into the
+    same target directory together, and whoever waited finds the build done.
+    """
+    if not needed():
+        return
+    TARGET.mkdir(exist_ok=True)
+    with open(TARGET / BUILD_LOCK_NAME, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if needed():
+            build()
+
+
+def _build_tool() -> None:
+    _maven(TOOL_POM)
+    # Maven leaves up-to-date outputs untouched; mark them as built now, or every later call
+    # would find them older than the sources and build again.
+    for output in (TOOL_JAR, TOOL_CLASSPATH_FILE):
+        output.touch()
+
+
+def _build_servers(version: str) -> None:
+    _maven(SERVERS_POM, *release(version).maven_args)
+    classpath_file(version).touch()
+
+
+def ensure_tool_built(force: bool = False) -> None:
+    """The tool jar and its classpath, built unless newer than their sources."""
+    _locked_build(lambda: force or not _tool_fresh(), _build_tool)
+
+
+def ensure_built(version: str, force: bool = False) -> None:
+    """The tool and the release's classpath, each built unless newer than its sources."""
+    release(version)  # an unknown version fails before any build
+    ensure_tool_built(force)
+    _locked_build(lambda: force or not _servers_fresh(version), lambda: _build_servers(version))
+
+
+def server_classpath(version: str) -> str:
+    """The release's own jars: name server, broker, tools (mqadmin) and, on 5.x, the proxy."""
+    ensure_built(version)
+    return classpath_file(version).read_text().strip()
+
+
+def tool_classpath() -> str:
+    """The test tool and its client jars (one client release, whatever release the brokers run)."""
+    ensure_tool_built()
+    return f"{TOOL_JAR}{os.pathsep}{TOOL_CLASSPATH_FILE.read_text().strip()}"
+
+
+def jars(classpath: str) -> list[Path]:
+    return [Path(entry) for entry in classpath.split(os.pathsep) if entry.endswith(".jar")]

@@ -1,0 +1,236 @@
+"""What the launcher starts (ClusterConfig) and the config files it writes for each server.
+
+Ports: ``ROCKETMQ_PORT_OFFSET`` moves every port the harness picks (these defaults and the tests'
+own clusters) by the same amount, so two checkouts can run their tests on one machine at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from integration.build import jars
+from integration.versions import AclStyle, LogbackStyle, Release, release, selected_version
+
+DEFAULT_WORKDIR = Path(__file__).resolve().parent / "work"
+CLUSTER_NAME = "DefaultCluster"
+BROKER_NAMES = ("broker-a", "broker-b")
+LOOPBACK = "127.0.0.1"
+PROXY_MODE_CLUSTER = "cluster"
+PROXY_MODE_LOCAL = "local"
+
+PORT_OFFSET = int(os.environ.get("ROCKETMQ_PORT_OFFSET", "0"))
+
+
+def shifted(port: int) -> int:
+    """A harness port moved by ROCKETMQ_PORT_OFFSET."""
+    return port + PORT_OFFSET
+
+
+# Broker ports: RocketMQ also binds listenPort-2 (fast channel) and listenPort+1 (HA), so the
+# second broker sits ten ports above the first.
+DEFAULT_NAMESRV_PORT = shifted(9876)
+DEFAULT_BROKER_PORTS = (shifted(10911), shifted(10921))
+DEFAULT_PROXY_REMOTING_PORT = shifted(8080)
+DEFAULT_PROXY_GRPC_PORT = shifted(8081)
+FAST_CHANNEL_PORT_OFFSET = -2
+HA_PORT_OFFSET = 1
+
+# A known user for authentication tests: an ACL 2.0 user on 5.x, a plain_acl.yml admin account
+# on 4.9.
+ACL_USER = "rocketmq"
+ACL_PASSWORD = "12345678"
+
+COMMIT_LOG_FILE_BYTES = 64 * 1024 * 1024
+SHORT_RETENTION_COMMIT_LOG_FILE_BYTES = 1024 * 1024
+CONSUME_QUEUE_ENTRY_BYTES = 20
+CONSUME_QUEUE_FILE_ENTRIES = 30_000
+
+
+@dataclass
+class ClusterConfig:
+    """What to start. Every switch a later test may need is a field here."""
+
+    workdir: Path = DEFAULT_WORKDIR
+    # The RocketMQ release (see integration/versions.py); ROCKETMQ_VERSION sets the default.
+    version: str = field(default_factory=selected_version)
+    brokers: int = 2
+    proxy: bool = False
+    # "cluster": the proxy is its own JVM forwarding to the brokers (pull and offsets work);
+    # "local": it embeds broker-a, but then answers PULL_MESSAGE with "request is not
+    # implemented in LocalMessageService", so the connector's tests use cluster mode.
+    proxy_mode: str = PROXY_MODE_CLUSTER
+    namesrv_port: int = DEFAULT_NAMESRV_PORT
+    broker_ports: tuple[int, ...] = DEFAULT_BROKER_PORTS
+    proxy_remoting_port: int = DEFAULT_PROXY_REMOTING_PORT
+    proxy_grpc_port: int = DEFAULT_PROXY_GRPC_PORT
+    property_filter: bool = False
+    acl: bool = False
+    short_retention: bool = False
+    max_transfer_count_in_memory: int | None = None
+    extra_broker_settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def release(self) -> Release:
+        return release(self.version)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{LOOPBACK}:{self.namesrv_port}"
+
+    @property
+    def proxy_addr(self) -> str:
+        return f"{LOOPBACK}:{self.proxy_remoting_port}"
+
+    def broker_addr(self, index: int) -> str:
+        return f"{LOOPBACK}:{self.broker_ports[index]}"
+
+
+
+def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
+    """broker.conf for one broker; the defaults are sized for a test machine, not production.
+
+    A broker ignores settings its release does not know, so one set serves every release.
+    """
+    name = BROKER_NAMES[index]
+    store = config.workdir / "store" / name
+    settings = {
+        "brokerClusterName": CLUSTER_NAME,
+        "brokerName": name,
+        "brokerId": "0",
+        "brokerRole": "ASYNC_MASTER",
+        "flushDiskType": "ASYNC_FLUSH",
+        "namesrvAddr": config.namesrv_addr,
+        "brokerIP1": LOOPBACK,
+        "listenPort": str(config.broker_ports[index]),
+        "storePathRootDir": str(store),
+        "storePathCommitLog": str(store / "commitlog"),
+        "autoCreateTopicEnable": "true",
+        "autoCreateSubscriptionGroup": "true",
+        "mappedFileSizeCommitLog": str(COMMIT_LOG_FILE_BYTES),
+        "mappedFileSizeConsumeQueue": str(CONSUME_QUEUE_ENTRY_BYTES * CONSUME_QUEUE_FILE_ENTRIES),
+        "maxIndexNum": "100000",
+        "maxHashSlotNum": "50000",
+        "diskMaxUsedSpaceRatio": "95",
+        "diskSpaceWarningLevelRatio": "98",
+        "diskSpaceCleanForciblyRatio": "97",
+        "enablePropertyFilter": str(config.property_filter).lower(),
+    }
+    if config.max_transfer_count_in_memory is not None:
+        settings["maxTransferCountOnMessageInMemory"] = str(config.max_transfer_count_in_memory)
+    if config.short_retention:
+        # Small commit-log files that expire as soon as they are full, checked every second, at
+        # any hour: lets a test watch data disappear under a running query.
+        settings.update(
+            mappedFileSizeCommitLog=str(SHORT_RETENTION_COMMIT_LOG_FILE_BYTES),
+            fileReservedTime="0",
+            deleteWhen=";".join(f"{hour:02d}" for hour in range(24)),
+            cleanResourceInterval="1000",
+            destroyMapedFileIntervalForcibly="1000",
+        )
+    if config.acl:
+        settings.update(_acl_settings(config, store))
+    settings.update(config.extra_broker_settings)
+    return settings
+
+
+def _acl_settings(config: ClusterConfig, store: Path) -> dict[str, str]:
+    if config.release.acl is AclStyle.PLAIN:
+        # The accounts live in $ROCKETMQ_HOME/conf/plain_acl.yml (write_plain_acl).
+        return {"aclEnable": "true"}
+    return {
+        "authenticationEnabled": "true",
+        "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+        "authenticationMetadataProvider":
+            "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
+        "initAuthenticationUser": json.dumps({"username": ACL_USER, "password": ACL_PASSWORD}),
+        "innerClientAuthenticationCredentials": json.dumps({"accessKey": ACL_USER, "secretKey": ACL_PASSWORD}),
+        "authConfigPath": str(store / "auth"),
+    }
+
+
+def write_plain_acl(workdir: Path) -> Path:
+    """4.9's plain ACL: one admin account (ACL_USER), allowed every topic and group."""
+    path = workdir / "conf" / "plain_acl.yml"
+    path.write_text(
+        "globalWhiteRemoteAddresses: []\n"
+        "accounts:\n"
+        f"  - accessKey: {ACL_USER}\n"
+        f"    secretKey: {ACL_PASSWORD}\n"
+        "    whiteRemoteAddress:\n"
+        "    admin: true\n"
+        "    defaultTopicPerm: PUB|SUB\n"
+        "    defaultGroupPerm: PUB|SUB\n")
+    return path
+
+
+def proxy_settings(config: ClusterConfig) -> dict[str, Any]:
+    return {
+        "rocketMQClusterName": CLUSTER_NAME,
+        "namesrvAddr": config.namesrv_addr,
+        "proxyMode": config.proxy_mode,
+        "remotingListenPort": config.proxy_remoting_port,
+        "grpcServerPort": config.proxy_grpc_port,
+        "remotingAccessAddr": LOOPBACK,
+    }
+
+
+def write_properties(path: Path, settings: dict[str, str]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+
+
+# 4.9's servers and mqadmin want a logback file of their own (LogbackStyle.HOME_CONF): a file
+# appender under the JVM's user.home, which the launcher sets per server.
+_HOME_CONF_LOGBACK = """<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>${{user.home}}/logs/rocketmqlogs/{role}.log</file>
+    <encoder><pattern>%d{{yyyy-MM-dd HH:mm:ss.SSS}} %-5level [%thread] %logger{{0}} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="{level}"><appender-ref ref="file"/></root>
+</configuration>
+"""
+_HOME_CONF_LEVELS = {"namesrv": "INFO", "broker": "INFO", "tools": "WARN"}
+
+
+def write_home_conf_logback(workdir: Path) -> None:
+    """$ROCKETMQ_HOME/conf/logback_<role>.xml for every 4.9 role (they read no other location)."""
+    conf = workdir / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    for role, level in _HOME_CONF_LEVELS.items():
+        path = conf / f"logback_{role}.xml"
+        if not path.exists():
+            path.write_text(_HOME_CONF_LOGBACK.format(role=role, level=level))
+
+
+def jar_logback_config(workdir: Path, classpath: str, role: str, subdir: str) -> Path:
+    """A 5.x role's logback file, copied from its module jar on ``classpath`` into conf/<subdir>.
+
+    Each JVM names its own role's file through rmq.logback.configurationFile: on one shared
+    classpath the proxy's would otherwise configure every server.
+    """
+    resource = f"rmq.{role}.logback.xml"
+    out = workdir / "conf" / subdir / resource
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for jar in jars(classpath):
+        if jar.name.startswith(f"rocketmq-{role}-"):
+            with zipfile.ZipFile(jar) as archive:
+                out.write_bytes(archive.read(resource))
+            return out
+    raise FileNotFoundError(f"no jar on the classpath carries {resource}")
+
+
+def logging_props(config_release: Release, workdir: Path, classpath: str, role: str, home: Path) -> dict[str, str]:
+    """System properties that give one JVM its own user.home and its release's logging setup."""
+    props = {"user.home": str(home), "rocketmq.home.dir": str(workdir)}
+    if config_release.logback is LogbackStyle.HOME_CONF:
+        write_home_conf_logback(workdir)
+    else:
+        props["rmq.logback.configurationFile"] = str(
+            jar_logback_config(workdir, classpath, role, config_release.version))
+    return props

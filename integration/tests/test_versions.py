@@ -1,0 +1,267 @@
+"""What the source must do the same on every RocketMQ release it supports (4.9.7, 5.3.3, 5.5.0).
+
+The fixture's cluster runs the release ``ROCKETMQ_VERSION`` names (``make compat
+ROCKETMQ_VERSION=4.9.7``). Expected values come from the official Java client (the test tool),
+from the release's own mqadmin, and from the rules of docs/offsets.md, never from the source's
+code; the tests are the same on every release, because the contract is.
+
+Where releases differ underneath, the source has to make up for it:
+
+* a 4.9 broker ignores ``setZeroIfNotFound=false`` and answers 0 for a group that stored nothing
+  (on any queue whose head is still in memory, even an empty one), so stored offsets must be told
+  from "none stored" another way;
+* a 4.9 broker answers SEARCH_OFFSET_BY_TIMESTAMP with the entry *nearest* in time, not the first
+  at or after it, and ignores ``boundaryType``;
+* a 5.x producer gives a batch a UNIQ_KEY of its own, which 4.9.7 and 5.3.3 brokers append to
+  every message after the message's own UNIQ_KEY (5.5.0 does not);
+* mqadmin lists a group's progress (``consumerProgress -g``) only once the group's retry topic
+  exists, which only a heartbeat creates.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.support import (
+    ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, stored_offsets, stream,
+)
+
+pytestmark = pytest.mark.integration
+
+Unique = Callable[[str], str]
+Position = tuple[str, int, int]
+
+FIRST = "CONSUME_FROM_FIRST_OFFSET"
+LAST = "CONSUME_FROM_LAST_OFFSET"
+TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+QUEUES_PER_BROKER = 2
+# Waves of messages stored this far apart, so no store time is shared between waves.
+WAVE_GAP_S = 2.0
+WAVE = 40
+SEND_BATCH = 10
+# "Aa" and "BB" have the same Java hashCode, so the broker's tag filter lets both through.
+COLLIDING_TAGS = ("Aa", "BB")
+# The Java producer compresses bodies above 4 KiB; --compress picks the algorithm.
+COMPRESSIBLE_BODY_BYTES = 6_000
+COMPRESSIONS = ("ZLIB", "LZ4", "ZSTD")
+BATCH_SIZE = 5
+# Properties not compared with the official consumer's: the consumer adds the MIN/MAX ones after
+# decoding, and UNIQ_KEY of batch-sent messages has a test of its own.
+NOT_COMPARED = ("UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET")
+STORED_AT = 3
+# consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
+PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
+
+
+def position(message: dict[str, Any]) -> Position:
+    return message["broker"], message["queueId"], message["queueOffset"]
+
+
+def row_position(row: Any) -> Position:
+    return row.brokerName, row.queueId, row.queueOffset
+
+
+def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
+    """The first offset read from each queue."""
+    firsts: dict[tuple[str, int], int] = {}
+    for row in rows:
+        key = (row.brokerName, row.queueId)
+        firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
+    return firsts
+
+
+def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[Position, int]:
+    """Store time of every message by queue position, as the official consumer reports it."""
+    return {position(m): m["storeTimestamp"]
+            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
+
+
+def two_waves(rocketmq: ClusterHandle, topic: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                              dict[Position, int]]:
+    """Two waves of WAVE messages, WAVE_GAP_S apart, and every message's store time."""
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    first = produce(rocketmq, topic, WAVE, "--keys", "w1-{i}", "--batch", str(SEND_BATCH))
+    time.sleep(WAVE_GAP_S)
+    second = produce(rocketmq, topic, WAVE, "--keys", "w2-{i}", "--batch", str(SEND_BATCH))
+    times = store_times(rocketmq, topic, 2 * WAVE)
+    assert max(times[position(m)] for m in first) < min(times[position(m)] for m in second)
+    return first, second, times
+
+
+def read_endpoint(rocketmq: ClusterHandle) -> str:
+    """Where the source reads: the 5.x proxy's remoting port where the release has one."""
+    return rocketmq.proxy_addr or rocketmq.namesrv_addr
+
+
+# --------------------------------------------------------------------------- where a query starts
+
+
+def test_first_on_a_fresh_topic_starts_at_each_queues_min_offset(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    topic, group = unique("v-first"), unique("v-first-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = produce(rocketmq, topic, WAVE)
+    rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
+    assert sorted(map(row_position, rows)) == sorted(map(position, sent))
+    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+
+
+def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """The group stored nothing, so LAST applies on every queue: none of the messages is read."""
+    topic, group = unique("v-last"), unique("v-last-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    produce(rocketmq, topic, WAVE)
+    rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=LAST), tmp_path / "c")
+    assert [row_position(r) for r in rows] == []
+    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+
+
+def test_timestamp_start_of_a_new_group_reads_from_the_first_message_at_or_after_it(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    topic, group = unique("v-ts"), unique("v-ts-group")
+    first, second, times = two_waves(rocketmq, topic)
+    # One millisecond after the first wave: the first message at or after it is the second wave's.
+    after_first = max(times[position(m)] for m in first) + 1
+    df = stream(spark, rocketmq, topic, group, consumeFromWhere=TIMESTAMP, consumeTimestamp=str(after_first))
+    rows = collect_available_now(df, tmp_path / "c")
+    assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in second)
+
+
+def test_stored_offsets_mixed_with_unstored_queues(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """Per queue: a stored offset wins, a stored 0 is a stored offset, and only queues with
+    nothing stored follow consumeFromWhere (LAST here)."""
+    topic, group = unique("v-mixed"), unique("v-mixed-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    produce(rocketmq, topic, 2 * WAVE, "--batch", str(SEND_BATCH))
+    maxima = max_offsets(rocketmq, topic)
+    at_three, at_zero, *unstored = sorted(q for q, top in maxima.items() if top > STORED_AT) + \
+        sorted(q for q, top in maxima.items() if top <= STORED_AT)
+    for (broker, queue), offset in ((at_three, STORED_AT), (at_zero, 0)):
+        rocketmq.tool("set-offset", "--topic", topic, "--group", group, "--broker", broker, "--queue", str(queue),
+                      "--offset", str(offset))
+    rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=LAST), tmp_path / "c")
+    assert first_offsets(rows) == {at_three: STORED_AT, at_zero: 0}
+    assert len(rows) == (maxima[at_three] - STORED_AT) + maxima[at_zero]
+    assert {q for q in unstored if maxima[q] > 0}.isdisjoint({(r.brokerName, r.queueId) for r in rows})
+    assert stored_offsets(rocketmq, topic, group) == maxima
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def test_tag_filter_with_hash_colliding_tags(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    topic, group = unique("v-tags"), unique("v-tags-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = produce(rocketmq, topic, WAVE, "--tags", ",".join(COLLIDING_TAGS), "--keys", "k-{i}")
+    df = stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST, subExpression=COLLIDING_TAGS[0])
+    rows = collect_available_now(df, tmp_path / "c")
+    assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in sent if m["tags"] == COLLIDING_TAGS[0])
+    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic), "filtered offsets are consumed"
+
+
+def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """The fixture turns enablePropertyFilter on; with it a 4.9 broker evaluates SQL92 as 5.x does."""
+    topic, group = unique("v-sql"), unique("v-sql-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    produce(rocketmq, topic, WAVE, "--prop", "seq={i}", "--prop", "color=red")
+    df = stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST, expressionType="SQL92",
+                subExpression="seq >= 10 AND seq < 25 AND color = 'red'")
+    rows = collect_available_now(df, tmp_path / "c")
+    assert sorted(int(r.properties["seq"]) for r in rows) == list(range(10, 25))
+    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+
+
+# --------------------------------------------------------------------------- message shapes
+
+
+def test_compressed_and_batched_messages_arrive_as_sent(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """Bodies as the producer sent them; properties as the official consumer reads them (a 4.9
+    broker drops WAIT=true from single messages it stores, 5.x keeps it)."""
+    topic, group = unique("v-shapes"), unique("v-shapes-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = []
+    for compress in COMPRESSIONS:
+        sent += produce(rocketmq, topic, 2, "--body", f"{compress}-{{i}}-", "--body-size",
+                        str(COMPRESSIBLE_BODY_BYTES), "--compress", compress, "--prop", "seq={i}", "--print-body")
+    sent += produce(rocketmq, topic, BATCH_SIZE, "--batch", str(BATCH_SIZE), "--body", "batched {i}",
+                    "--prop", "seq={i}", "--print-body")
+    official = {position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)),
+                                                      "--print")}
+    rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
+    by_position = {row_position(r): r for r in rows}
+    assert sorted(by_position) == sorted(map(position, sent))
+    for message in sent:
+        row = by_position[position(message)]
+        assert row.body == base64.b64decode(message["body"])
+        assert row.properties["seq"] == message["properties"]["seq"]
+        expected = {k: v for k, v in official[position(message)]["properties"].items() if k not in NOT_COMPARED}
+        assert {k: v for k, v in row.properties.items() if k not in NOT_COMPARED} == expected
+
+
+def test_msg_id_of_batch_sent_messages_is_what_the_producer_was_told(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """Each row's msgId is the id the producer's SendResult gave that message (read through the
+    proxy on 5.x), not the batch's own id that some brokers append after it."""
+    topic, group = unique("v-batchid"), unique("v-batchid-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = produce(rocketmq, topic, 2 * BATCH_SIZE, "--batch", str(BATCH_SIZE))
+    assert len({m["msgId"] for m in sent}) == len(sent)
+    df = (spark.readStream.format("rocketmq").option("nameServer", read_endpoint(rocketmq)).option("topic", topic)
+          .option("consumerGroup", group).option("consumeFromWhere", FIRST).load())
+    rows = collect_available_now(df, tmp_path / "c")
+    assert {row_position(r): r.msgId for r in rows} == {position(m): m["msgId"] for m in sent}
+
+
+# --------------------------------------------------------------------------- offsets as others see them
+
+
+def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(broker offset, consumer offset) per queue of the topic, as the release's mqadmin prints them.
+
+    5.x's mqadmin is asked for the topic (``-t``), which finds a group that never sent a
+    heartbeat; 4.9's has no ``-t``, and ``-g`` alone finds only groups with a retry topic."""
+    by_topic = ("-t", topic) if rocketmq.major >= 5 else ()
+    output = rocketmq.mqadmin("consumerProgress", "-g", group, *by_topic)
+    progress = {}
+    for line in output.splitlines():
+        match = PROGRESS_ROW.match(line)
+        if match and match.group(1) == topic:
+            progress[(match.group(2), int(match.group(3)))] = (int(match.group(4)), int(match.group(5)))
+    return progress
+
+
+def test_commits_show_in_the_releases_own_mqadmin(
+        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """`mqadmin consumerProgress` lists every queue with the committed offset and no lag."""
+    topic, group = unique("v-admin"), unique("v-admin-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    produce(rocketmq, topic, WAVE, "--batch", str(SEND_BATCH))
+    collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
+    maxima = max_offsets(rocketmq, topic)
+    assert stored_offsets(rocketmq, topic, group) == maxima
+    assert consumer_progress(rocketmq, group, topic) == {q: (top, top) for q, top in maxima.items()}
+
+
+# --------------------------------------------------------------------------- backfills
+
+
+def test_time_window_backfill_returns_exactly_the_window(spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
+    """[start, end) in store time; both bounds fall between waves, a millisecond after the last
+    message before them, so "first at or after" and "nearest" give different answers."""
+    topic = unique("v-window")
+    first, second, times = two_waves(rocketmq, topic)
+    start = max(times[position(m)] for m in first) + 1
+    end = max(times[position(m)] for m in second) + 1
+    rows = batch_read(spark, rocketmq, topic, startingTimestamp=str(start), endingTimestamp=str(end)).collect()
+    assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in second)
