@@ -89,20 +89,51 @@ def earliest_store_time(queue: MessageQueue) -> Call[int]:
     return _int_call(RequestCode.GET_EARLIEST_MSG_STORETIME, _queue_fields(queue), "timestamp")
 
 
-def query_consumer_offset(queue: MessageQueue, group: str) -> Call[int | None]:
-    """The group's stored offset on the queue (the next to read), or None if nothing is stored.
+@dataclass(frozen=True)
+class StoredOffset:
+    """A group's stored offset on a queue (the next to read), None where nothing is stored.
+
+    ``unsure``: a 4.x broker answered 0, which it also answers where nothing is stored (it
+    ignores ``setZeroIfNotFound``); :func:`all_consumer_offsets` tells the two apart.
+    """
+
+    offset: int | None
+    unsure: bool = False
+
+
+def query_consumer_offset(queue: MessageQueue, group: str) -> Call[StoredOffset]:
+    """The group's stored offset on the queue.
 
     ``setZeroIfNotFound=false`` makes a 5.x broker answer QUERY_NOT_FOUND instead of guessing 0 for
-    a queue whose first message is still in memory. A 4.9 broker ignores the field: there
-    "nothing stored" on such a queue reads as 0, which starts it at its first message all the same.
+    a queue whose first message is still in memory; a 4.9 broker ignores the field and answers 0.
     """
     code = RequestCode.QUERY_CONSUMER_OFFSET
 
-    def read(response: RemotingCommand, address: str) -> int | None:
+    def read(response: RemotingCommand, address: str) -> StoredOffset:
         accepted(response, code, address, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return None if response.code == ResponseCode.QUERY_NOT_FOUND else int_field(response, "offset")
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return StoredOffset(None)
+        offset = int_field(response, "offset")
+        return StoredOffset(offset, unsure=offset == 0 and response.version < codes.FIRST_5X_VERSION)
 
     return Call(code, {**_queue_fields(queue), "consumerGroup": group, "setZeroIfNotFound": False}, read)
+
+
+def all_consumer_offsets(broker_name: str) -> Call[dict[str, dict[int, int]]]:
+    """Every offset stored on a broker, by ``topic@group`` and queue id (GET_ALL_CONSUMER_OFFSET):
+    the whole table, so asked only to settle what QUERY_CONSUMER_OFFSET leaves unsure."""
+    code = RequestCode.GET_ALL_CONSUMER_OFFSET
+
+    def read(response: RemotingCommand, address: str) -> dict[str, dict[int, int]]:
+        accepted(response, code, address)
+        try:
+            table = fastjson.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            return {str(name): {int(q): int(o) for q, o in (entries.items() if isinstance(entries, dict) else entries)}
+                    for name, entries in table.items()}
+        except (AttributeError, TypeError, ValueError, UnicodeDecodeError) as err:
+            raise ProtocolError(f"consumer offsets of {broker_name} are malformed: {err!r}") from err
+
+    return Call(code, {"bname": broker_name}, read)
 
 
 def update_consumer_offset(queue: MessageQueue, group: str, offset: int) -> Call[None]:

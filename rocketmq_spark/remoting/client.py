@@ -260,7 +260,7 @@ class RocketMQClient:
     # One call each, for callers that ask about one queue (see ``calls`` for what each means).
 
     def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
-        return self.call(address, calls.query_consumer_offset(queue, group))
+        return self.call(address, calls.query_consumer_offset(queue, group)).offset
 
     def update_consumer_offset(self, address: str, queue: MessageQueue, group: str, offset: int) -> None:
         self.call(address, calls.update_consumer_offset(queue, group, offset))

@@ -23,6 +23,8 @@ from typing import Final
 #   behaviour while GO_AWAY is still handled as a retriable error.
 # --------------------------------------------------------------------------
 PROTOCOL_VERSION: Final = 401
+# The first 5.x release (V5_0_0): a server answering with a lower ``version`` is a 4.x one.
+FIRST_5X_VERSION: Final = 412
 
 # --------------------------------------------------------------------------
 # Frame header serialization (SerializeType): the high byte of the

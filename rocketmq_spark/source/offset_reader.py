@@ -213,8 +213,19 @@ class OffsetReader:
                                "offsets by time")
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
-        """The group's stored offset per queue; None where it has stored none."""
-        return self._per_queue(queues, lambda q: calls.query_consumer_offset(q, group), "stored offsets")
+        """The group's stored offset per queue; None where it has stored none.
+
+        Where a 4.x broker answers 0, which may mean either, its whole offset table says which.
+        """
+        answers = self._per_queue(queues, lambda q: calls.query_consumer_offset(q, group), "stored offsets")
+        stored = {q: answer.offset for q, answer in answers.items()}
+        unsure = [q for q, answer in answers.items() if answer.unsure]
+        brokers = sorted({(q.broker_name, self.address(q)) for q in unsure})
+        tables = self._gather(brokers, lambda b: (b[1], calls.all_consumer_offsets(b[0])), "consumer offsets")
+        for queue in unsure:
+            entries = tables[(queue.broker_name, self.address(queue))].get(f"{queue.topic}@{group}", {})
+            stored[queue] = entries.get(queue.queue_id)
+        return stored
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
         """Store each queue's next offset to read for the group, in one round of requests.

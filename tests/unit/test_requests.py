@@ -17,7 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call, parse_topic_stats
 from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
+from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, DataLossError, RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
@@ -26,6 +26,9 @@ from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 BROKERS = 4
+# The ``version`` a broker puts in its answers: 4.9.7's and 5.3.3's ordinals.
+VERSION_4_9_7 = 407
+VERSION_5_3_3 = 479
 TOPICS = ("orders", "refunds")
 PERM_READ_WRITE = 6
 
@@ -33,7 +36,9 @@ PERM_READ_WRITE = 6
 class FakeBrokers:
     """Brokers holding ``[0, messages)`` on every queue of the topics, counting every request."""
 
-    def __init__(self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10) -> None:
+    def __init__(self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10,
+                 version: int = VERSION_5_3_3) -> None:
+        self.version = version
         self.queues_per_broker = queues_per_broker
         self.topic_stats = topic_stats
         self.max = {MessageQueue(t, f"broker-{b}", q): messages
@@ -70,7 +75,9 @@ class FakeBrokers:
                 outcomes.append(ConnectionFailedError(f"cannot connect to {address}: refused"))
                 continue
             try:
-                outcomes.append(call.read(self.answer(call), address))
+                response = self.answer(call)
+                response.version = self.version
+                outcomes.append(call.read(response, address))
             except RocketMQError as err:
                 outcomes.append(err)
         return outcomes
@@ -78,6 +85,13 @@ class FakeBrokers:
     def answer(self, call: Call[Any]) -> RemotingCommand:
         fields = call.fields
         code = call.code
+        if code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+            tables: dict[str, list[str]] = {}
+            for q, offset in self.stored.items():
+                if q.broker_name == fields["bname"]:
+                    tables.setdefault(f"{q.topic}@g", []).append(f"{q.queue_id}:{offset}")
+            body = ",".join(f'"{name}":{{' + ",".join(entries) + "}" for name, entries in tables.items())
+            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + body + "}}").encode())
         if code == RequestCode.GET_TOPIC_STATS_INFO:
             if fields["topic"] in self.deleted:
                 return RemotingCommand(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{fields['topic']}] not exist")
@@ -96,6 +110,8 @@ class FakeBrokers:
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
         if code == RequestCode.QUERY_CONSUMER_OFFSET:
             if queue not in self.stored:
+                if self.version < FIRST_5X_VERSION:  # 4.9 ignores setZeroIfNotFound
+                    return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
                 return RemotingCommand(ResponseCode.QUERY_NOT_FOUND)
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.stored[queue])})
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
@@ -204,3 +220,18 @@ def test_a_topic_deleted_on_its_brokers_is_asked_queue_by_queue() -> None:
     with pytest.raises(DataLossError, match="went backwards"):
         reader.latestOffset(end, ReadAllAvailable())
     assert brokers.sent[before:].count(RequestCode.GET_MAX_OFFSET) == BROKERS * 4
+
+
+@pytest.mark.parametrize("version", [VERSION_4_9_7, VERSION_5_3_3])
+def test_a_stored_zero_is_told_from_none_stored_on_every_release(version: int) -> None:
+    """4.9 answers 0 where nothing is stored; its offset table settles it, asked once per broker."""
+    brokers = FakeBrokers(4, version=version)
+    stored_zero = [q for q in brokers.max if q.queue_id == 0]
+    brokers.stored = dict.fromkeys(stored_zero, 0)
+    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
+                            streaming=True)  # CONSUME_FROM_LAST_OFFSET where nothing is stored
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    start = from_spark(reader.initialOffset())
+    assert start == {q: 0 if q in stored_zero else brokers.max[q] for q in brokers.max}
+    tables_asked = brokers.sent.count(RequestCode.GET_ALL_CONSUMER_OFFSET)
+    assert tables_asked == (BROKERS if version < FIRST_5X_VERSION else 0)
