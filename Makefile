@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+BIG_BENCH_ARGS ?=
 
 .PHONY: test unit integration demo bench cluster-start cluster-stop clean
 
@@ -36,12 +37,15 @@ demo: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster stop
 	PYTHONPATH=. $(PY) docs/examples/demo.py
 
-# The connector against RocketMQ's official Java client on 1,000,000 messages, on a RocketMQ of
-# its own (integration/work/bench, default ports; stopped at the end, also on failure). About 5
-# minutes; a quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10".
+# The connector against RocketMQ's official Java client on 1,000,000 messages, then a topic of
+# 2 x 512 queues with 10 messages each (idle triggers, one micro-batch, spark.read, driver
+# requests), each on a RocketMQ of its own (integration/work/bench and bench-big, default ports;
+# stopped at the end, also on failure). About 10 minutes; a quick run: make bench
+# BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10" BIG_BENCH_ARGS="--queues-per-broker 128".
 bench: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster stop
 	$(PY) bench/bench_compare.py $(BENCH_ARGS)
+	$(PY) bench/bench_big_topic.py $(BIG_BENCH_ARGS)
 
 cluster-start: $(INSTALLED) integration/target/classpath.txt
 	$(PY) -m integration.cluster start --proxy --property-filter
