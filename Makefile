@@ -15,6 +15,7 @@ export ROCKETMQ_VERSION
 RMQ_CLASSPATH := integration/target/classpath-$(ROCKETMQ_VERSION).txt
 # 4.x has no proxy.
 PROXY_FLAG := $(if $(filter 4.%,$(ROCKETMQ_VERSION)),,--proxy)
+BIG_BENCH_ARGS ?=
 
 .PHONY: test unit integration compat demo bench cluster-start cluster-stop clean
 
@@ -48,12 +49,16 @@ demo: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	PYTHONPATH=. $(PY) docs/examples/demo.py
 
-# The connector against RocketMQ's official Java client on 1,000,000 messages, on a RocketMQ of
-# its own (integration/work/bench, default ports; stopped at the end, also on failure). About 5
-# minutes; a quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10".
+# The connector against RocketMQ's official Java client on 1,000,000 messages, then a topic of
+# 2 x 512 queues with 10 messages each (idle triggers, one micro-batch, spark.read, driver
+# requests), each on a RocketMQ of its own (integration/work/bench and bench-big, default ports;
+# stopped at the end, also on failure). About 9 minutes: 5 for the comparison, 4 for the big
+# topic. A quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10"
+# BIG_BENCH_ARGS="--queues-per-broker 128".
 bench: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) bench/bench_compare.py $(BENCH_ARGS)
+	$(PY) bench/bench_big_topic.py $(BIG_BENCH_ARGS)
 
 cluster-start: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster start --version $(ROCKETMQ_VERSION) $(PROXY_FLAG) --property-filter
