@@ -10,6 +10,8 @@ it to forward the call.
 from __future__ import annotations
 
 import enum
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -168,12 +170,30 @@ def topic_stats(topic: str, broker_name: str) -> Call[dict[MessageQueue, QueueOf
     return Call(code, {"topic": topic, "bname": broker_name}, read)
 
 
+# One entry of a TopicStatsTable's offset table as fastjson writes it (fields in name order): the
+# MessageQueue key's broker name, queue id and topic, and the value's fields.
+_STATS_ENTRY = re.compile(r'\{"brokerName":("(?:[^"\\]|\\.)*"),"queueId":(\d+),"topic":("(?:[^"\\]|\\.)*")\}'
+                          r':\{([^{}]*)\}')
+_ENTRY_JOIN = "}:{"
+
+
 def parse_topic_stats(body: bytes, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
-    """A TopicStatsTable body: its offset table is keyed by MessageQueue objects (fastjson)."""
+    """A TopicStatsTable body: its offset table is keyed by MessageQueue objects (fastjson).
+
+    Where every entry has fastjson's usual shape, the entries are found with one regular
+    expression and their values read by one ``json.loads``; anything else goes through the
+    general fastjson reader.
+    """
     try:
-        table = fastjson.loads(body.decode("utf-8")).get("offsetTable") or []
-        if isinstance(table, dict):  # an empty table reads as {}
-            table = list(table.items())
+        text = body.decode("utf-8")
+        entries = _STATS_ENTRY.findall(text)
+        if len(entries) == text.count(_ENTRY_JOIN):
+            rows = json.loads("[" + ",".join(f"[{b},{q},{t},{{{v}}}]" for b, q, t, v in entries) + "]")
+            table = [({"brokerName": b, "queueId": q, "topic": t}, v) for b, q, t, v in rows]
+        else:
+            table = fastjson.loads(text).get("offsetTable") or []
+            if isinstance(table, dict):  # an empty table reads as {}
+                table = list(table.items())
         stats = {}
         for key, value in table:
             queue = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
-from rocketmq_spark.remoting.calls import Boundary, Call
+from rocketmq_spark.remoting.calls import Boundary, Call, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
@@ -164,6 +164,30 @@ class OffsetReader:
 
     # ----------------------------------------------------------------- offsets
 
+    def _topic_stats(self, queues: list[MessageQueue]) -> tuple[dict[MessageQueue, QueueOffsets], bool]:
+        """Min and max offsets of the queues' topics on each broker that answers topic stats, and
+        whether a broker failed in a way that may mean it went away."""
+        address = {q: self.address(q) for q in queues}
+        stats_of = sorted({(q.topic, q.broker_name, address[q]) for q in queues
+                           if address[q] not in self._no_topic_stats})
+        outcomes = self.client.call_many([(a, calls.topic_stats(topic, broker))
+                                          for topic, broker, a in stats_of]) if stats_of else []
+        found: dict[MessageQueue, QueueOffsets] = {}
+        unanswered = False
+        for (_, _, a), outcome in zip(stats_of, outcomes):
+            if isinstance(outcome, ProtocolError) or (
+                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
+                self._no_topic_stats.add(a)  # from now on, queue by queue
+            elif isinstance(outcome, RocketMQError):
+                # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
+                # its queues' own answers say where they stand, as they did before stats.
+                unanswered = unanswered or outcome.retriable
+            else:
+                if any(q not in self._addresses for q in outcome):
+                    self._routes_changed()  # the broker has queues the route does not list yet
+                found.update(outcome)
+        return found, unanswered
+
     def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         """Each queue's next offset; the min offsets come with them where topic stats answer.
 
@@ -172,27 +196,9 @@ class OffsetReader:
         one under the retry policy.
         """
         wanted = list(queues)
-        self._known_min = {}
-        latest: OffsetMap = {}
-        stats_of = sorted({(q.topic, q.broker_name, self.address(q)) for q in wanted
-                           if self.address(q) not in self._no_topic_stats})
-        outcomes = self.client.call_many([(address, calls.topic_stats(topic, broker))
-                                          for topic, broker, address in stats_of]) if stats_of else []
-        unanswered = False
-        for (topic, broker, address), outcome in zip(stats_of, outcomes):
-            if isinstance(outcome, ProtocolError) or (
-                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
-                self._no_topic_stats.add(address)  # from now on, queue by queue
-            elif isinstance(outcome, RocketMQError):
-                # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
-                # its queues' own answers below say where they stand, as they did before stats.
-                unanswered = unanswered or outcome.retriable
-            else:
-                if any(q not in self._addresses for q in outcome):
-                    self._routes_changed()  # the broker has queues the route does not list yet
-                for queue, offsets in outcome.items():
-                    latest[queue] = offsets.max_offset
-                    self._known_min[queue] = offsets.min_offset
+        stats, unanswered = self._topic_stats(wanted)
+        self._known_min = {q: s.min_offset for q, s in stats.items()}
+        latest = {q: s.max_offset for q, s in stats.items()}
         if unanswered:
             routed = self.queues(missing_ok=True, fresh=True)
             wanted = [q for q in wanted if q in routed]
@@ -201,9 +207,14 @@ class OffsetReader:
         return {q: latest[q] for q in wanted}
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        """Each queue's first offset: from the last topic stats where they gave it, else asked."""
+        """Each queue's first offset: from the last topic stats where they gave it, else from
+        topic stats asked now, else queue by queue."""
         wanted = list(queues)
         rest = [q for q in wanted if q not in self._known_min]
+        if rest:
+            stats, _ = self._topic_stats(rest)
+            self._known_min.update({q: s.min_offset for q, s in stats.items()})
+            rest = [q for q in rest if q not in self._known_min]
         found = {**self._known_min, **self._per_queue(rest, calls.min_offset, "min offsets")}
         return {q: found[q] for q in wanted}
 

@@ -24,7 +24,7 @@ from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, 
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
-from rocketmq_spark.source.rows import BatchBuilder
+from rocketmq_spark.source.rows import BatchBuilder, RowRange
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +59,31 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     """Yield the rows of ``part`` as Arrow record batches, each range's rows in offset order.
 
     Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
-    wire; what they have collected is handed out whenever it reaches the batch bounds, so memory
-    does not grow with the number of ranges. ``client`` defaults to this process's shared client.
+    wire; their rows go out together whenever they reach the batch bounds, so memory does not
+    grow with the number of ranges, nor the batches with it. ``client`` defaults to this
+    process's shared client.
     """
     client = client or shared_client(part.client)
-    waiting = deque(_RangeRead(client, part, r, missing_data_wait_s) for r in part.ranges)
+    builder = BatchBuilder([RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id,
+                                     r.start, r.end) for r in part.ranges], part.tag_filter)
+    waiting = deque(_RangeRead(client, part, index, r, missing_data_wait_s) for index, r in enumerate(part.ranges))
     active: list[_RangeRead] = []
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
             active.append(waiting.popleft())
         _send(active)
         for read in active:
-            read.receive()
-        done = [read for read in active if read.done]
+            found = read.receive()
+            if found is not None:
+                builder.add_pull(read.index, *found)
         active = [read for read in active if not read.done]
-        full = (sum(read.builder.rows for read in active) >= ARROW_BATCH_ROWS
-                or sum(read.builder.body_bytes for read in active) >= ARROW_BATCH_BODY_BYTES)
-        for read in done + (active if full else []):
-            batch = read.builder.flush()
+        if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
+            batch = builder.flush()
             if batch is not None:
                 yield batch
+    batch = builder.flush()
+    if batch is not None:
+        yield batch
 
 
 def _send(active: list[_RangeRead]) -> None:
@@ -102,8 +107,10 @@ class _RangeRead:
     match and only the answer says where to go on, so one pull at a time is on the wire.
     """
 
-    def __init__(self, client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, missing_wait_s: float) -> None:
+    def __init__(self, client: RocketMQClient, part: RocketMQPartition, index: int, rng: ReadRange,
+                 missing_wait_s: float) -> None:
         self.client = client
+        self.index = index  # of the range in its partition
         self.part = part
         self.rng = rng
         self.missing_wait_s = missing_wait_s
@@ -111,8 +118,6 @@ class _RangeRead:
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
         self.sent: deque[tuple[int, int, _InFlight]] = deque()
-        self.builder = BatchBuilder(part.display_topic(rng.queue.topic), rng.queue.broker_name, rng.queue.queue_id,
-                                    rng.start, rng.end, part.tag_filter)
 
     @property
     def done(self) -> bool:
@@ -130,16 +135,16 @@ class _RangeRead:
         self.requested = stop
         return True
 
-    def receive(self) -> None:
-        """Take the answer to the oldest span on the wire; its messages go to the builder."""
+    def receive(self) -> tuple[bytes, int] | None:
+        """Take the answer to the oldest span on the wire: the body it found, if any, with the
+        offset below which its messages were already handed out."""
         if not self.sent:
-            return
+            return None
         start, stop, pull = self.sent.popleft()
         result = pull.result()
         status = result.status
         if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
-            if status is PullStatus.FOUND:
-                self.builder.add_pull(result.body, self.accepted)
+            found = (result.body, self.accepted) if status is PullStatus.FOUND else None
             self.accepted = max(self.accepted, result.next_begin_offset, start + 1)
             if self.depth == 1:
                 self.requested = self.accepted  # only the answer says where to go on
@@ -149,7 +154,7 @@ class _RangeRead:
                 # An answer can reach past every span sent (a batch record returned whole):
                 # new spans start after it.
                 self.requested = max(self.requested, self.accepted)
-            return
+            return found
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = _offset_moved(self.part, self.rng, start, result)
         else:  # NO_NEW_MSG below the planned end
@@ -157,6 +162,7 @@ class _RangeRead:
         # Start over from there; pulls still on the wire are left to finish unread.
         self.sent.clear()
         self.accepted = self.requested = max(self.accepted, resume)
+        return None
 
 
 class _InFlight:

@@ -1,12 +1,15 @@
-"""The rows of one queue range: decoded pulls trimmed to the range, exact tag matches, Arrow batches."""
+"""The rows of a task's queue ranges: decoded pulls trimmed to their range, exact tag matches, as
+Arrow record batches."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.records.decoder import PullDecoder
 from rocketmq_spark.source.schema import ARROW_SCHEMA
 
@@ -14,23 +17,33 @@ _TIMESTAMP = ARROW_SCHEMA.field("bornTimestamp").type
 _INT32 = pa.int32()
 
 
+@dataclass(frozen=True)
+class RowRange:
+    """A queue range as its rows show it: the topic as the user named it, ``[start, end)``."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    start: int
+    end: int
+
+
 class BatchBuilder:
-    """Collects the pulls of one queue range and turns them into Arrow record batches.
+    """Collects the pulls of a task's ranges and turns them into Arrow record batches.
 
     Pull bodies are kept raw and decoded together when the batch is flushed, so the per-message
-    work runs in bulk. Messages outside ``[start, end)`` (a pull returns whole broker batches)
-    and messages whose tag is not exactly one subscribed (the broker filters by hash code) are
-    dropped then. The caller flushes when ``rows`` or ``body_bytes`` reach its bound, so memory
-    does not grow with the range.
+    work runs in bulk however many ranges the pulls came from. Messages outside their range (a
+    pull returns whole broker batches) and messages whose tag is not exactly one subscribed (the
+    broker filters by hash code) are dropped then. The caller flushes when ``rows`` or
+    ``body_bytes`` reach its bound, so memory does not grow with the ranges.
     """
 
-    def __init__(self, topic: str, broker_name: str, queue_id: int, start: int, end: int,
-                 tags: frozenset[str] | None) -> None:
-        self.topic = topic
-        self.broker_name = broker_name
-        self.queue_id = queue_id
-        self.start = start
-        self.end = end
+    def __init__(self, ranges: Sequence[RowRange], tags: frozenset[str] | None) -> None:
+        self._topic = pa.array([r.topic for r in ranges], pa.string())
+        self._broker = pa.array([r.broker_name for r in ranges], pa.string())
+        self._queue_id = pa.array([r.queue_id for r in ranges], _INT32)
+        self._start = np.array([r.start for r in ranges], np.int64)
+        self._end = np.array([r.end for r in ranges], np.int64)
         self._tags = None if tags is None else pa.array(sorted(tags), pa.string())
         self._decoder = PullDecoder()
         self._reset()
@@ -38,37 +51,39 @@ class BatchBuilder:
     def _reset(self) -> None:
         self.rows = 0
         self.body_bytes = 0
-        self._lows: list[int] = []
+        self._body_range: list[int] = []
+        self._body_low: list[int] = []
 
-    def add_pull(self, body: bytes, low: int) -> None:
-        """Take the body of one FOUND pull response, whose messages below ``low`` are not wanted
+    def add_pull(self, range_index: int, body: bytes, low: int) -> None:
+        """Take the body of one FOUND pull of a range, whose messages below ``low`` are not wanted
         (already taken from an earlier pull); records are decoded at the next flush."""
         self.rows += self._decoder.add(body)
         self.body_bytes += len(body)
-        self._lows.append(max(low, self.start))
-
-    def _kept(self, columns: ArrowColumns, lows: np.ndarray) -> ArrowColumns:
-        offsets = columns.queue_offset.to_numpy()
-        keep = (offsets >= lows) & (offsets < self.end)
-        if self._tags is not None:
-            keep &= pc.fill_null(pc.is_in(columns.tags, value_set=self._tags), False).to_numpy(
-                zero_copy_only=False)
-        return columns if keep.all() else columns.filter(keep)
+        self._body_range.append(range_index)
+        self._body_low.append(max(low, int(self._start[range_index])))
 
     def flush(self) -> pa.RecordBatch | None:
         """The rows collected so far as one record batch (None if none are kept); the builder
         starts empty again."""
         decoded = self._decoder.decode()
-        lows = np.array(self._lows, np.int64)[decoded.body_index]
+        range_of = np.array(self._body_range, np.int64)[decoded.body_index]
+        low = np.array(self._body_low, np.int64)[decoded.body_index]
         self._reset()
-        cols = self._kept(decoded.columns, lows)
-        n = len(cols)
-        if n == 0:
+        cols = decoded.columns
+        offsets = cols.queue_offset.to_numpy()
+        keep = (offsets >= low) & (offsets < self._end[range_of])
+        if self._tags is not None:
+            keep &= pc.fill_null(pc.is_in(cols.tags, value_set=self._tags), False).to_numpy(zero_copy_only=False)
+        if not keep.all():
+            cols = cols.filter(keep)
+            range_of = range_of[keep]
+        if len(cols) == 0:
             return None
+        ranges = pa.array(range_of, pa.int64())
         arrays = [
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.broker_name, pa.string()), n),
-            pa.repeat(pa.scalar(self.queue_id, _INT32), n),
+            self._topic.take(ranges),
+            self._broker.take(ranges),
+            self._queue_id.take(ranges),
             cols.queue_offset,
             cols.msg_id,
             cols.offset_msg_id,

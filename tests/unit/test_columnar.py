@@ -24,7 +24,7 @@ from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.decoder import decode_pulls
 from rocketmq_spark.records.properties import _entries
 from rocketmq_spark.remoting.errors import ProtocolError
-from rocketmq_spark.source.rows import BatchBuilder
+from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from rocketmq_spark.source.schema import ARROW_SCHEMA
 from tests.unit.test_captured import body as captured_body
 from tests.unit.test_captured import case_names
@@ -185,10 +185,10 @@ def pull(offsets: range, tag: str = "TagA", **fields: Any) -> bytes:
 
 
 def test_builder_trims_to_the_range_and_keeps_order_across_both_decoders() -> None:
-    builder = BatchBuilder("shown-topic", "broker-a", 3, start=5, end=14, tags=None)
-    builder.add_pull(pull(range(3, 8)), 5)  # starts below the range (an inner batch returned whole)
-    builder.add_pull(pull(range(8, 10), magic=codes.MESSAGE_MAGIC_V2), 8)  # per-record path
-    builder.add_pull(pull(range(10, 16)), 10)  # runs past the end
+    builder = BatchBuilder([RowRange("shown-topic", "broker-a", 3, start=5, end=14)], tags=None)
+    builder.add_pull(0, pull(range(3, 8)), 5)  # starts below the range (an inner batch returned whole)
+    builder.add_pull(0, pull(range(8, 10), magic=codes.MESSAGE_MAGIC_V2), 8)  # per-record path
+    builder.add_pull(0, pull(range(10, 16)), 10)  # runs past the end
     assert builder.rows == 13
     batch = builder.flush()
     assert batch is not None and batch.schema == ARROW_SCHEMA
@@ -204,9 +204,9 @@ def test_builder_trims_to_the_range_and_keeps_order_across_both_decoders() -> No
 
 def test_builder_keeps_exact_tags_only() -> None:
     # "Aa" and "BB" have the same Java hash: the broker lets both through.
-    builder = BatchBuilder("t", "b", 0, start=0, end=100, tags=frozenset({"Aa"}))
-    builder.add_pull(pull(range(0, 2), tag="Aa") + pull(range(2, 4), tag="BB"), 0)
-    builder.add_pull(record(queue_offset=4, properties=b""), 4)  # no tag at all
+    builder = BatchBuilder([RowRange("t", "b", 0, start=0, end=100)], tags=frozenset({"Aa"}))
+    builder.add_pull(0, pull(range(0, 2), tag="Aa") + pull(range(2, 4), tag="BB"), 0)
+    builder.add_pull(0, record(queue_offset=4, properties=b""), 4)  # no tag at all
     batch = builder.flush()
     assert batch is not None
     assert batch.column("queueOffset").to_pylist() == [0, 1]
@@ -214,16 +214,31 @@ def test_builder_keeps_exact_tags_only() -> None:
 
 
 def test_builder_with_nothing_kept_gives_no_batch() -> None:
-    builder = BatchBuilder("t", "b", 0, start=10, end=20, tags=None)
-    builder.add_pull(pull(range(0, 5)), 0)
+    builder = BatchBuilder([RowRange("t", "b", 0, start=10, end=20)], tags=None)
+    builder.add_pull(0, pull(range(0, 5)), 0)
     assert builder.flush() is None
 
 
 def test_builder_counts_body_bytes_for_its_bound() -> None:
-    builder = BatchBuilder("t", "b", 0, start=0, end=10, tags=None)
+    builder = BatchBuilder([RowRange("t", "b", 0, start=0, end=10)], tags=None)
     data = pull(range(0, 3))
-    builder.add_pull(data, 0)
+    builder.add_pull(0, data, 0)
     assert builder.body_bytes == len(data)
+
+
+def test_builder_puts_the_rows_of_several_ranges_in_one_batch_each_trimmed_to_its_own() -> None:
+    ranges = [RowRange("t", "broker-a", 0, start=2, end=5), RowRange("t", "broker-b", 7, start=0, end=3)]
+    builder = BatchBuilder(ranges, tags=None)
+    builder.add_pull(1, pull(range(0, 2)), 0)
+    builder.add_pull(0, pull(range(0, 4)), 0)  # below its start
+    builder.add_pull(1, pull(range(2, 6), magic=codes.MESSAGE_MAGIC_V2), 2)  # past its end, per-record path
+    builder.add_pull(0, pull(range(4, 6)), 4)
+    batch = builder.flush()
+    assert batch is not None
+    rows = list(zip(batch.column("brokerName").to_pylist(), batch.column("queueId").to_pylist(),
+                    batch.column("queueOffset").to_pylist()))
+    assert rows == [("broker-b", 7, 0), ("broker-b", 7, 1), ("broker-a", 0, 2), ("broker-a", 0, 3),
+                    ("broker-b", 7, 2), ("broker-a", 0, 4)]
 
 
 def test_bulk_bodies_are_decompressed() -> None:

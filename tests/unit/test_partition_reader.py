@@ -283,7 +283,7 @@ def test_a_partition_of_many_ranges_reads_each_once_in_order_with_pulls_across_t
     batches = list(read_partition(part, client, missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
     assert rows_by_queue(batches) == {q.queue_id: list(range(q.queue_id % 5, 50 - q.queue_id % 3)) for q in queues}
     assert client.most_active == reader.TASK_PULLS_IN_FLIGHT  # several ranges on the wire, never more
-    assert all(len(set(batch.column("queueId").to_pylist())) == 1 for batch in batches)
+    assert len(batches) == 1  # the rows of all the ranges go out together
 
 
 def test_memory_stays_bounded_however_many_ranges_a_task_reads() -> None:

@@ -191,6 +191,10 @@ def test_topic_stats_read_fastjson_object_keys() -> None:
     stats = parse_topic_stats(body, "broker-a")
     assert {q.queue_id: (s.min_offset, s.max_offset) for q, s in stats.items()} == {6: (0, 3), 5: (0, 9)}
     assert parse_topic_stats(b'{"offsetTable":{}}', "broker-a") == {}
+    # Another field order or spacing than fastjson's usual goes the general way to the same values.
+    other = body.replace(b'{"brokerName":"broker-a","queueId":5,"topic":"T8"}', b'{"topic":"T8", "queueId":5,'
+                         b' "brokerName":"broker-a"}')
+    assert parse_topic_stats(other, "broker-a") == stats
 
 
 def test_a_broker_that_left_while_routes_were_cached_is_waited_for_not_retried() -> None:
@@ -235,3 +239,10 @@ def test_a_stored_zero_is_told_from_none_stored_on_every_release(version: int) -
     assert start == {q: 0 if q in stored_zero else brokers.max[q] for q in brokers.max}
     tables_asked = brokers.sent.count(RequestCode.GET_ALL_CONSUMER_OFFSET)
     assert tables_asked == (BROKERS if version < FIRST_5X_VERSION else 0)
+
+
+def test_a_new_query_from_the_first_offsets_asks_topic_stats_not_each_queue() -> None:
+    brokers = FakeBrokers(64)
+    started(brokers)  # CONSUME_FROM_FIRST_OFFSET, nothing stored yet
+    assert RequestCode.GET_MIN_OFFSET not in brokers.sent and RequestCode.GET_MAX_OFFSET not in brokers.sent
+    assert brokers.sent.count(RequestCode.GET_TOPIC_STATS_INFO) <= 2 * BROKERS * len(TOPICS)
