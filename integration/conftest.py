@@ -1,4 +1,4 @@
-"""Shared fixtures: the real RocketMQ cluster, a local SparkSession and the Java test tool.
+"""Shared fixtures: the real RocketMQ cluster, a local SparkSession, a local Spark Connect server.
 
 The cluster is started once per test run, on first use, and stopped at the end. Set
 ``ROCKETMQ_NAMESRV=host:port`` (and ``ROCKETMQ_PROXY=host:port`` for the proxy tests) to run the
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig
+from integration.connect import ConnectServer
 from integration.spark import local_spark
 from integration.support import ClusterHandle
 
@@ -61,3 +62,10 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server whose Python workers run this interpreter, on loopback."""
+    with ConnectServer(tmp_path_factory.mktemp("connect-server")) as server:
+        yield server
