@@ -1,4 +1,4 @@
-"""Shared fixtures: the real RocketMQ cluster, a local SparkSession and the Java test tool.
+"""Shared fixtures: the real RocketMQ cluster, a local SparkSession, a local Spark Connect server.
 
 The cluster is started once per test run, on first use, and stopped at the end; its RocketMQ
 release is ``ROCKETMQ_VERSION`` (default 5.3.3; see integration/versions.py). Set
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig
+from integration.connect import ConnectServer
 from integration.spark import local_spark
 from integration.support import ClusterHandle
 from integration.versions import release, selected_version
@@ -65,3 +66,10 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server whose Python workers run this interpreter, on loopback."""
+    with ConnectServer(tmp_path_factory.mktemp("connect-server")) as server:
+        yield server

@@ -91,6 +91,17 @@ def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, que
                                  address=address)
 
 
+def position(message: dict[str, Any]) -> tuple[str, int, int]:
+    """Where the Java tool says a message sits: (broker, queue, queue offset)."""
+    return message["broker"], message["queueId"], message["queueOffset"]
+
+
+def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, int, int], int]:
+    """Store time (epoch ms) of every message by ``position``, as the official consumer reads it."""
+    return {position(m): m["storeTimestamp"]
+            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
+
+
 def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, **options: str) -> Any:
     reader = (spark.readStream.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
               .option("topic", topic).option("consumerGroup", group))
