@@ -6,7 +6,7 @@ describe a client without importing the network code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 # A subscription that takes every message, and the two expression languages a pull can carry.
@@ -29,11 +29,12 @@ class MessageQueue:
 
 @dataclass(frozen=True)
 class Credentials:
-    """ACL credentials; with them every request is signed."""
+    """ACL credentials; with them every request is signed. Left out of ``repr``, so that no
+    log line, error or plan that prints a config shows them."""
 
-    access_key: str
-    secret_key: str
-    security_token: str | None = None
+    access_key: str = field(repr=False)
+    secret_key: str = field(repr=False)
+    security_token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

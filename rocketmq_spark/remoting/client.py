@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls, codes
@@ -33,12 +33,38 @@ T = TypeVar("T")
 DEFAULT_WINDOW = 64
 
 
+# What stands for the access key in a server's answer: brokers name the user they refuse.
+HIDDEN_ACCESS_KEY = "<accessKey>"
+
+
+class Answer(Protocol):
+    """A response to come."""
+
+    def result(self) -> RemotingCommand: ...
+
+
+class _Scrubbed:
+    """A reply whose remark never shows the access key, so no error or log line repeats it."""
+
+    __slots__ = ("_reply", "_access_key")
+
+    def __init__(self, reply: Reply, access_key: str) -> None:
+        self._reply = reply
+        self._access_key = access_key
+
+    def result(self) -> RemotingCommand:
+        response = self._reply.result()
+        if response.remark and self._access_key and self._access_key in response.remark:
+            response.remark = response.remark.replace(self._access_key, HIDDEN_ACCESS_KEY)
+        return response
+
+
 class PendingPull:
     """A pull on the wire; ``result()`` waits for the broker's answer."""
 
     __slots__ = ("_reply", "_address")
 
-    def __init__(self, reply: Reply, address: str) -> None:
+    def __init__(self, reply: Answer, address: str) -> None:
         self._reply = reply
         self._address = address
 
@@ -128,7 +154,7 @@ class RocketMQClient:
         timeout: float | None = None,
         *,
         pool: ConnectionPool | None = None,
-    ) -> Reply:
+    ) -> Answer:
         """Send one request (signed when credentials are set) without waiting for the response."""
         command = RemotingCommand.request(code, fields, body)
         self._requests_sent += 1
@@ -137,8 +163,9 @@ class RocketMQClient:
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
-        return (pool or self._pool).submit(address, command,
-                                           self.config.request_timeout if timeout is None else timeout)
+        reply = (pool or self._pool).submit(address, command,
+                                            self.config.request_timeout if timeout is None else timeout)
+        return reply if creds is None else _Scrubbed(reply, creds.access_key)
 
     def _call(self, address: str, code: int, fields: Mapping[str, object] | None = None) -> RemotingCommand:
         return accepted(self.invoke(address, code, fields), code, address)
@@ -153,7 +180,7 @@ class RocketMQClient:
         remaining calls at once instead of being tried again for each."""
         outcomes: list[T | RocketMQError | None] = [None] * len(addressed)
         unreachable: dict[str, ConnectionFailedError] = {}
-        in_flight: deque[tuple[int, str, Call[T], Reply]] = deque()
+        in_flight: deque[tuple[int, str, Call[T], Answer]] = deque()
 
         def settle_oldest() -> None:
             index, address, call, reply = in_flight.popleft()
