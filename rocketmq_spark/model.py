@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
+# Longest wait for a TCP connect and TLS handshake, as in RocketMQ's Java client: a server that
+# is up accepts in milliseconds, and an address that drops packets fails in seconds, not at the
+# (longer) request timeout.
+MAX_CONNECT_TIMEOUT_S = 3.0
 # A subscription that takes every message, and the two expression languages a pull can carry.
 SUBSCRIBE_ALL = "*"
 EXPRESSION_TAG = "TAG"
@@ -45,3 +49,7 @@ class ClientConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     credentials: Credentials | None = None
     tls: bool = False
+
+    @property
+    def connect_timeout(self) -> float:
+        return min(self.request_timeout, MAX_CONNECT_TIMEOUT_S)

@@ -20,7 +20,9 @@ from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ConnectionFactory, ConnectionPool, Reply
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, RocketMQError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, RocketMQError,
+)
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
 
@@ -113,7 +115,7 @@ class RocketMQClient:
             pool.close()
 
     def _connector(self, *, reader_thread: bool) -> ConnectionFactory:
-        timeout = self.config.request_timeout
+        timeout = self.config.connect_timeout
         tls = self._tls
         return lambda address: Connection(address, connect_timeout=timeout, tls_context=tls,
                                           reader_thread=reader_thread)
@@ -223,11 +225,12 @@ class RocketMQClient:
         return parse_live_brokers(response.body)
 
     def _ask_name_servers(self, code: int, fields: Mapping[str, object]) -> RemotingCommand:
-        """Ask each name server in turn, from the last one that answered, until one answers."""
+        """Ask each name server in turn, from the last one that answered, until one answers; if none
+        does, the error says what each one did."""
         servers = self.config.name_servers
         with self._name_server_lock:
             first = self._preferred_name_server
-        last_error: RocketMQError | None = None
+        answers: dict[str, RocketMQError] = {}
         for step in range(len(servers)):
             index = (first + step) % len(servers)
             try:
@@ -235,13 +238,12 @@ class RocketMQClient:
             except RocketMQError as err:
                 if not err.retriable:
                     raise
-                last_error = err
+                answers[servers[index]] = err
                 continue
             with self._name_server_lock:
                 self._preferred_name_server = index
             return response
-        assert last_error is not None
-        raise last_error
+        raise NameServersUnavailableError(answers)
 
     # ------------------------------------------------------------------- broker
 
