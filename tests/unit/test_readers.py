@@ -224,6 +224,22 @@ def test_the_queues_of_a_broker_that_is_away_wait_with_their_offsets() -> None:
     assert fake.commits[-1] == {A0: 10, B0: 5}
 
 
+def test_a_broker_leaving_and_returning_is_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 8)})
+    reader = stream(fake)
+    end = spark({A0: 2, B0: 5})
+    fake.away.add("broker-b")
+    for _ in range(3):
+        end = reader.latestOffset(end, ReadAllAvailable())
+    fake.away.clear()
+    for _ in range(2):
+        end = reader.latestOffset(end, ReadAllAvailable())
+    assert [r.getMessage() for r in caplog.records if r.name.endswith("stream_reader")] == [
+        "brokers ['broker-b'] are not registered with the name server; their queues resume when they return",
+        "brokers ['broker-b'] are registered again",
+    ]
+
+
 def test_available_now_ends_where_the_queues_ended_when_it_began() -> None:
     fake = FakeOffsets({A0: (0, 10)})
     reader = stream(fake)
