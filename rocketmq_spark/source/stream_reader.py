@@ -87,6 +87,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map = from_spark(start)
         self._store(start_map)  # the batch that ended at start is in Spark's commit log
         addresses = self.offsets.queues(missing_ok=True)
+        self.offsets.running()  # the cluster answered: from now on a failure is waited out
         latest = self.offsets.max_offsets(addresses)
         if self._target is not None:
             latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
+from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
-from rocketmq_spark.model import MessageQueue
 
 NOW_MS = 1_700_000_000_000
 BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}
@@ -100,6 +100,9 @@ def test_json_starting_offsets_and_namespace() -> None:
         (True, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
         (True, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
         (True, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),
+        (True, {**BASE, "nameServer": "h:98760"}, "nameServer", "host:port"),
+        (True, {**BASE, "retryBudgetMs": "-1"}, "retryBudgetMs", "0 or more"),
+        (True, {**BASE, "pullTimeoutMs": "0"}, "pullTimeoutMs", "above 0"),
         (True, {**BASE, "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger", "spelling"),
         (True, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
     ],
@@ -111,3 +114,12 @@ def test_bad_input_names_the_option_and_the_fix(streaming: bool, options: dict[s
     assert f"option '{option}'" in str(caught.value)
     assert hint in str(caught.value)
     assert caught.value.retriable is False
+
+
+def test_retry_budgets_for_a_running_query_and_for_its_start() -> None:
+    opts = stream()
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (60.0, 10.0)
+    opts = stream(retryBudgetMs="120000", pullTimeoutMs="3000")
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (120.0, 3.0)
+    opts = stream(retryBudgetMs="0")  # no retries at all, at the start either
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (0.0, 0.0)

@@ -15,9 +15,12 @@ import pytest
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import NameServersUnavailableError
+from rocketmq_spark.source.offset_reader import OffsetReader
+from rocketmq_spark.source.options import parse_options
 from tests.listeners import Listener, closed_port
 
 TIMEOUT_S = 0.5
+TIMEOUT_MS = str(int(TIMEOUT_S * 1000))
 # Scheduling slack on a busy machine, on top of the timeouts the code waits for.
 SLACK_S = 1.0
 
@@ -64,3 +67,28 @@ def test_a_failed_tls_handshake_is_named(listen: Callable[..., Listener]) -> Non
 def test_a_connect_waits_at_most_the_connect_timeout() -> None:
     assert ClientConfig(("h:1",), request_timeout=30.0).connect_timeout == 3.0
     assert ClientConfig(("h:1",), request_timeout=0.5).connect_timeout == 0.5
+
+
+@pytest.mark.parametrize("kind", ["refused", "silent", "full"])
+def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[..., Listener], kind: str) -> None:
+    address = closed_port() if kind == "refused" else listen(kind).address
+    options = parse_options({"nameServer": address, "topic": "orders", "consumerGroup": "g",
+                             "pullTimeoutMs": TIMEOUT_MS}, streaming=True)
+    reader = OffsetReader(options)
+    assert reader.retry == options.start_retry
+    began = time.monotonic()
+    with pytest.raises(NameServersUnavailableError, match=address):
+        reader.queues()
+    reader.close()
+    assert time.monotonic() - began < 2 * TIMEOUT_S + SLACK_S
+
+
+def test_a_running_query_retries_for_its_budget() -> None:
+    options = parse_options({"nameServer": "127.0.0.1:1", "topic": "orders", "consumerGroup": "g",
+                             "pullTimeoutMs": "3000", "retryBudgetMs": "120000"}, streaming=True)
+    reader = OffsetReader(options)
+    assert (reader.retry.budget_s, options.retry.budget_s) == (3.0, 120.0)
+    reader.running()
+    assert reader.retry == options.retry
+    reader.close()
+
