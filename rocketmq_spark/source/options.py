@@ -270,8 +270,12 @@ def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tup
     return offsets
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None = None) -> SourceOptions:
-    """Parse and check the options of a stream (``streaming``) or a batch read."""
+def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
+    """Parse and check the options of a stream (``streaming``) or a batch read.
+
+    ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
+    rule is checked but those of one kind only (a stream's group, a batch's ending options).
+    """
     now = int(time.time() * MS_PER_SECOND) if now_ms is None else now_ms
     reader = _Reader(raw)
     name_servers = parse_name_servers(reader.required(
@@ -305,7 +309,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
         CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
 
     starting_text = reader.get(STARTING_OFFSETS)
-    default_mode = StartingMode.GROUP if streaming else StartingMode.EARLIEST
+    default_mode = StartingMode.GROUP if streaming is True else StartingMode.EARLIEST
     starting_offsets: OffsetMap = {}
     if starting_text is None:
         starting_mode = default_mode
@@ -324,7 +328,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
     ending_offsets: OffsetMap | None = None
     ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
     ending_text = reader.get(ENDING_OFFSETS)
-    if streaming:
+    if streaming is True:
         for name in (ENDING_OFFSETS, ENDING_TIMESTAMP):
             if reader.get(name) is not None:
                 raise ConfigurationError(name, "applies to batch reads only",
