@@ -21,8 +21,9 @@ import pytest
 from integration.cluster import Cluster, ClusterConfig
 from integration.connect import ConnectServer
 from integration.spark import local_spark
-from integration.support import ClusterHandle
+from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream
 from integration.versions import release, selected_version
+from tests.listeners import closed_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,3 +74,16 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     """A local Spark Connect server whose Python workers run this interpreter, on loopback."""
     with ConnectServer(tmp_path_factory.mktemp("connect-server")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def overhead(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Overhead:
+    """Measured after a first run of each, so that the first Python workers' start-up is not in it."""
+    no_group = {"nameServer": closed_port(), "topic": "orders"}  # refused at Spark's first call
+    for _ in range(2):
+        stream_s, error = fail_stream(spark, no_group, tmp_path_factory.mktemp("overhead"))
+        assert "option 'consumerGroup': is required for streams" in error
+        batch_s, error = fail_batch(spark, no_group, schema="x INT")  # refused when planned
+        assert "option 'schema'" in error
+    print(f"Spark alone: a stream fails after {stream_s:.1f} s, a batch read after {batch_s:.1f} s")
+    return Overhead(stream_s, batch_s)

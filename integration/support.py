@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,44 @@ def wait_rows(query: Any, count: int, timeout_s: float = QUERY_TIMEOUT_S) -> Non
             return
         time.sleep(1)
     raise AssertionError(f"fewer than {count} rows reached the sink in {timeout_s:.0f}s")
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What Spark itself takes to start a stream or plan a batch read and report a source error
+    that costs no waiting: on a loaded machine, seconds. The tests hold the source to its part."""
+
+    stream_s: float
+    batch_s: float
+
+
+def fail_stream(spark: Any, options: dict[str, str], checkpoint: Path) -> tuple[float, str]:
+    """Start a stream and return how long until it failed, and its error."""
+    reader = spark.readStream.format("rocketmq")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    began = time.monotonic()
+    query = (df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(QUERY_TIMEOUT_S)  # raises the query's error
+    except Exception as error:  # noqa: BLE001 - Spark wraps the source's error in its own
+        return time.monotonic() - began, str(error)
+    finally:
+        query.stop()
+    raise AssertionError("the query did not fail")
+
+
+def fail_batch(spark: Any, options: dict[str, str], schema: str | None = None) -> tuple[float, str]:
+    """Plan and run a batch read and return how long until it failed, and its error."""
+    reader = spark.read.format("rocketmq") if schema is None else spark.read.format("rocketmq").schema(schema)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    began = time.monotonic()
+    try:
+        df.count()
+    except Exception as error:  # noqa: BLE001 - Spark wraps the source's error in its own
+        return time.monotonic() - began, str(error)
+    raise AssertionError("the batch read did not fail")

@@ -6,11 +6,19 @@ from the shared cluster's, so the two run side by side. What 5.3.3 answers is pi
 * the broker refuses an unsigned request, a wrong signature and an unknown user alike with
   NO_PERMISSION (16), the remark naming the reason;
 * the name server does not authenticate at all: routes come back to anyone.
+
+Through Spark: a wrong secret fails a query at its start, and the credentials show nowhere in
+what a query prints (plans, progress, errors, logs).
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +27,11 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
+from integration.support import Overhead, fail_batch, fail_stream
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import Boundary, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, Boundary, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
 
 pytestmark = pytest.mark.integration
@@ -42,6 +51,23 @@ WRONG_SECRET = Credentials(ACL_USER, ACL_PASSWORD + "-wrong")
 UNKNOWN_USER = "nobody"
 SIGNATURE_FAILED = "check signature failed."
 NO_USER_NAME = "username cannot be null."
+# RequestCode.AUTH_CREATE_USER of RocketMQ 5.x: only tests create users, so the package lacks it.
+AUTH_CREATE_USER = 3001
+PULL_TIMEOUT_MS = 3000
+# What a failing query may add to Spark's own time: three request timeouts.
+LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 900
+# Loaded by every Python process of the run (driver, Spark's workers): the source logs at DEBUG
+# to a file the test reads, so nothing it logs escapes the search.
+SITE_CUSTOMIZE = """
+import logging
+handler = logging.FileHandler({path!r})
+handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
+logger = logging.getLogger("rocketmq_spark")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(handler)
+"""
 
 
 def signed_tool(cluster: Cluster, command: str, *args: str) -> list[dict[str, Any]]:
@@ -140,7 +166,8 @@ BROKER_CALLS: dict[str, Callable[[RocketMQClient, str, MessageQueue], object]] =
     ("credentials", "remark"),
     [
         pytest.param(WRONG_SECRET, SIGNATURE_FAILED, id="wrong-secret"),
-        pytest.param(Credentials(UNKNOWN_USER, ACL_PASSWORD), f"User:{UNKNOWN_USER} is not found.",
+        # The broker names the user ("User:nobody is not found."); the client hides the key.
+        pytest.param(Credentials(UNKNOWN_USER, ACL_PASSWORD), f"User:{HIDDEN_ACCESS_KEY} is not found.",
                      id="unknown-user"),
         pytest.param(None, NO_USER_NAME, id="no-credentials"),
     ],
@@ -161,3 +188,78 @@ def test_the_name_server_does_not_authenticate(acl: AclCluster, credentials: Cre
     with acl.client(credentials) as client:
         route = client.topic_route(acl.topic)
     assert route.master_address(BROKER) == ACL_BROKER_ADDR
+
+
+@pytest.fixture(scope="module")
+def spark_user(acl: AclCluster) -> Credentials:
+    """A user of its own, with a secret that cannot turn up in Spark's output by chance."""
+    user = Credentials(f"spark-{uuid.uuid4().hex[:8]}", f"sk-{uuid.uuid4().hex}")
+    info = {"username": user.access_key, "password": user.secret_key, "userType": "Normal", "userStatus": "enable"}
+    with acl.client(GOOD) as client:
+        response = client.invoke(ACL_BROKER_ADDR, AUTH_CREATE_USER, {"username": user.access_key},
+                                 json.dumps(info).encode())
+    assert response.code == codes.ResponseCode.SUCCESS, response.remark
+    with acl.client(user) as client:
+        assert client.max_offset(ACL_BROKER_ADDR, acl.queue) == MESSAGES
+    return user
+
+
+@pytest.mark.parametrize("kind", ["stream", "batch"])
+def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overhead: Overhead, kind: str,
+                                              unique: Callable[[str], str], tmp_path: Path) -> None:
+    options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
+               "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
+               "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
+    if kind == "stream":
+        elapsed, error = fail_stream(spark, options, tmp_path)
+        spark_s = overhead.stream_s
+    else:
+        elapsed, error = fail_batch(spark, options)
+        spark_s = overhead.batch_s
+    print(f"{kind}, wrong secret: failed after {elapsed:.1f} s, {elapsed - spark_s:.1f} s more than Spark alone")
+    assert f"from {ACL_BROKER_ADDR}: {SIGNATURE_FAILED}" in error, error
+    assert WRONG_SECRET.secret_key not in error
+    assert elapsed - spark_s < LIMIT_S, f"{elapsed:.1f} s"
+
+
+def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,
+                                                         unique: Callable[[str], str], tmp_path: Path) -> None:
+    """Plans, progress reports, errors and every log line of a whole Spark application that reads
+    with the credentials, then with a wrong secret; see integration/credentials_run.py."""
+    site = tmp_path / "site"
+    site.mkdir()
+    source_log = tmp_path / "source.log"
+    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
+    wrong_secret = f"sk-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-m", "integration.credentials_run", "--name-server", acl.cluster.namesrv_addr,
+         "--topic", acl.topic, "--group", unique("it-acl-spark"), "--access-key", spark_user.access_key,
+         "--secret-key", spark_user.secret_key, "--wrong-secret", wrong_secret,
+         "--checkpoints", str(tmp_path / "checkpoints")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert run.returncode == 0, run.stderr[-5000:]
+    results = {r["kind"]: r for r in (json.loads(line.removeprefix("RESULT "))
+                                       for line in run.stdout.splitlines() if line.startswith("RESULT "))}
+    logged = source_log.read_text()
+
+    # What the search below searches really holds the run: rows read, plans, progress, the
+    # refusals, Spark's log and the source's own log lines from Spark's Python workers.
+    assert results["stream"]["rows"] == MESSAGES and results["stream"]["progress"] > 0
+    assert results["batch"]["rows"] == MESSAGES
+    for kind in ("stream", "batch"):
+        assert SIGNATURE_FAILED in (results[f"{kind} with a wrong secret"]["error"] or ""), results
+    assert run.stdout.count("== Physical Plan ==") == 3
+    assert '"numInputRows"' in run.stdout
+    assert "ERROR MicroBatchExecution" in run.stderr  # Spark's log of the failed stream, with its error
+    assert "no stored offset for group" in logged
+
+    everything = "\n".join([run.stdout, run.stderr, logged])
+    for label, value in (("secret key", spark_user.secret_key), ("wrong secret key", wrong_secret),
+                         ("access key", spark_user.access_key)):
+        assert value not in everything, f"the {label} shows: " + _around(everything, value)
+
+
+def _around(text: str, value: str, context: int = 300) -> str:
+    at = text.index(value)
+    return text[max(0, at - context):at + len(value) + context]

@@ -1,4 +1,5 @@
-"""Bad options fail through Spark itself with the source's clear error, before any job runs."""
+"""Bad options fail through Spark itself with the source's clear error, before any job runs: at
+load() where Spark lets the source see them, else when the stream starts or the read is planned."""
 
 from __future__ import annotations
 
@@ -55,10 +56,33 @@ def test_each_rule_gives_its_error(spark: Any, rocketmq: ClusterHandle, unique: 
         ({**base, "topic": unique("missing")}, "does not exist on"),
     ]
     for index, (options, message) in enumerate(stream_cases):
-        with pytest.raises(Exception, match=message.replace("{", r"\{").replace("}", r"\}")):
+        with pytest.raises(Exception, match=message.replace("{", r"\{").replace("}", r"\}")) as caught:
             _start_stream(spark, options, tmp_path / str(index))
+        assert "UnboundLocalError" not in str(caught.value)  # PySpark's own error does not bury ours
     with pytest.raises(Exception, match=r"option 'endingOffsets': names queues that do not exist"):
         _batch(spark, {**base, "endingOffsets": f'{{"{topic}": {{"broker-z": {{"0": 1}}}}}}'})
     with pytest.raises(Exception, match="option 'expressionType': unknown value 'XPATH'. Use one of: TAG, SQL92"):
         _batch(spark, {**base, "expressionType": "XPATH"})
     assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before, "a job ran"
+
+
+LOAD_CASES = [
+    ({"consumeFromWhere": "FROM_START"}, "option 'consumeFromWhere': unknown value 'FROM_START'"),
+    ({"pullTimeoutMs": "3s"}, "option 'pullTimeoutMs': '3s' is not a positive whole number"),
+    ({"retryBudgetMs": "-1"}, "option 'retryBudgetMs': '-1' is not a whole number of 0 or more"),
+    ({"maxMessagePerTrigger": "5"}, "option 'maxMessagePerTrigger': not an option of the rocketmq source"),
+    ({"startingOffsets": '{"x": '}, "option 'startingOffsets': malformed offsets"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), LOAD_CASES)
+@pytest.mark.parametrize("kind", ["stream", "batch"])
+def test_bad_options_fail_at_load(spark: Any, kind: str, bad: dict[str, str], message: str) -> None:
+    """load() itself raises: nothing needs a broker, so the name server here is never asked."""
+    reader = (spark.readStream if kind == "stream" else spark.read).format("rocketmq")
+    for key, value in {"nameServer": "127.0.0.1:1", "topic": "t", "consumerGroup": "g", **bad}.items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception) as caught:
+        reader.load()
+    assert message.lower() in str(caught.value).lower()  # Spark hands option names over in lower case
+    assert "UnboundLocalError" not in str(caught.value)

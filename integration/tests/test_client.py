@@ -28,7 +28,9 @@ from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import Boundary, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, TopicNotFoundError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, TopicNotFoundError,
+)
 from rocketmq_spark.source.options import parse_tag_expression
 
 pytestmark = pytest.mark.integration
@@ -797,10 +799,12 @@ def test_the_proxy_does_not_serve_earliest_store_time(
 
 
 def test_a_closed_port_is_a_retriable_connection_failure(unique: Callable[[str], str]) -> None:
-    with RocketMQClient(ClientConfig((f"{LOOPBACK}:{closed_port()}",), request_timeout=2.0)) as dead:
-        with pytest.raises(ConnectionFailedError) as caught:
+    address = f"{LOOPBACK}:{closed_port()}"
+    with RocketMQClient(ClientConfig((address,), request_timeout=2.0)) as dead:
+        with pytest.raises(NameServersUnavailableError) as caught:
             dead.topic_route(unique("it-any"))
     assert caught.value.retriable is True
+    assert isinstance(caught.value.answers[address], ConnectionFailedError)
 
 
 def test_route_falls_over_to_the_next_name_server(

@@ -13,14 +13,16 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ConnectionFactory, ConnectionPool, Reply
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, RocketMQError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, RocketMQError,
+)
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
 
@@ -33,12 +35,38 @@ T = TypeVar("T")
 DEFAULT_WINDOW = 64
 
 
+# What stands for the access key in a server's answer: brokers name the user they refuse.
+HIDDEN_ACCESS_KEY = "<accessKey>"
+
+
+class Answer(Protocol):
+    """A response to come."""
+
+    def result(self) -> RemotingCommand: ...
+
+
+class _Scrubbed:
+    """A reply whose remark never shows the access key, so no error or log line repeats it."""
+
+    __slots__ = ("_reply", "_access_key")
+
+    def __init__(self, reply: Reply, access_key: str) -> None:
+        self._reply = reply
+        self._access_key = access_key
+
+    def result(self) -> RemotingCommand:
+        response = self._reply.result()
+        if response.remark and self._access_key and self._access_key in response.remark:
+            response.remark = response.remark.replace(self._access_key, HIDDEN_ACCESS_KEY)
+        return response
+
+
 class PendingPull:
     """A pull on the wire; ``result()`` waits for the broker's answer."""
 
     __slots__ = ("_reply", "_address")
 
-    def __init__(self, reply: Reply, address: str) -> None:
+    def __init__(self, reply: Answer, address: str) -> None:
         self._reply = reply
         self._address = address
 
@@ -87,7 +115,7 @@ class RocketMQClient:
             pool.close()
 
     def _connector(self, *, reader_thread: bool) -> ConnectionFactory:
-        timeout = self.config.request_timeout
+        timeout = self.config.connect_timeout
         tls = self._tls
         return lambda address: Connection(address, connect_timeout=timeout, tls_context=tls,
                                           reader_thread=reader_thread)
@@ -128,7 +156,7 @@ class RocketMQClient:
         timeout: float | None = None,
         *,
         pool: ConnectionPool | None = None,
-    ) -> Reply:
+    ) -> Answer:
         """Send one request (signed when credentials are set) without waiting for the response."""
         command = RemotingCommand.request(code, fields, body)
         self._requests_sent += 1
@@ -137,8 +165,9 @@ class RocketMQClient:
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
-        return (pool or self._pool).submit(address, command,
-                                           self.config.request_timeout if timeout is None else timeout)
+        reply = (pool or self._pool).submit(address, command,
+                                            self.config.request_timeout if timeout is None else timeout)
+        return reply if creds is None else _Scrubbed(reply, creds.access_key)
 
     def _call(self, address: str, code: int, fields: Mapping[str, object] | None = None) -> RemotingCommand:
         return accepted(self.invoke(address, code, fields), code, address)
@@ -153,7 +182,7 @@ class RocketMQClient:
         remaining calls at once instead of being tried again for each."""
         outcomes: list[T | RocketMQError | None] = [None] * len(addressed)
         unreachable: dict[str, ConnectionFailedError] = {}
-        in_flight: deque[tuple[int, str, Call[T], Reply]] = deque()
+        in_flight: deque[tuple[int, str, Call[T], Answer]] = deque()
 
         def settle_oldest() -> None:
             index, address, call, reply = in_flight.popleft()
@@ -196,11 +225,12 @@ class RocketMQClient:
         return parse_live_brokers(response.body)
 
     def _ask_name_servers(self, code: int, fields: Mapping[str, object]) -> RemotingCommand:
-        """Ask each name server in turn, from the last one that answered, until one answers."""
+        """Ask each name server in turn, from the last one that answered, until one answers; if none
+        does, the error says what each one did."""
         servers = self.config.name_servers
         with self._name_server_lock:
             first = self._preferred_name_server
-        last_error: RocketMQError | None = None
+        answers: dict[str, RocketMQError] = {}
         for step in range(len(servers)):
             index = (first + step) % len(servers)
             try:
@@ -208,13 +238,12 @@ class RocketMQClient:
             except RocketMQError as err:
                 if not err.retriable:
                     raise
-                last_error = err
+                answers[servers[index]] = err
                 continue
             with self._name_server_lock:
                 self._preferred_name_server = index
             return response
-        assert last_error is not None
-        raise last_error
+        raise NameServersUnavailableError(answers)
 
     # ------------------------------------------------------------------- broker
 

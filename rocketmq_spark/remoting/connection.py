@@ -93,7 +93,7 @@ class Connection:
             if tls_context is not None:
                 sock = tls_context.wrap_socket(sock, server_hostname=host)
         except (OSError, ssl.SSLError) as err:
-            raise ConnectionFailedError(f"cannot connect to {address}: {err}") from err
+            raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
@@ -132,7 +132,7 @@ class Connection:
             with self._send_lock:
                 self._sock.sendall(frame)
         except OSError as err:
-            self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}"))
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))
         return pending
 
     def wait(self, pending: Pending) -> RemotingCommand:
@@ -142,8 +142,9 @@ class Connection:
         if not pending.settled(max(0.0, pending.deadline - time.monotonic())):
             with self._state_lock:
                 self._pending.pop(pending.opaque, None)
+            name = codes.request_code_name(pending.code) or "request code"
             raise RequestTimeoutError(
-                f"no answer from {self.address} within {pending.timeout:.1f}s to request code {pending.code}"
+                f"no answer from {self.address} within {pending.timeout:.1f}s to {name} ({pending.code})", self.address
             )
         if pending.error is not None:
             raise pending.error
@@ -152,7 +153,7 @@ class Connection:
 
     def close(self) -> None:
         """Close the socket; requests still waiting fail with ConnectionFailedError."""
-        self._fail(ConnectionFailedError(f"connection to {self.address} closed"))
+        self._fail(ConnectionFailedError(f"connection to {self.address} closed", self.address))
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join()
 
@@ -179,7 +180,7 @@ class Connection:
                 self._sock.settimeout(timeout)
             received = self._sock.recv_into(buffer)
             if not received:
-                raise ConnectionFailedError(f"{self.address} closed the connection")
+                raise ConnectionFailedError(f"{self.address} closed the connection", self.address)
             with memoryview(buffer) as view:
                 for command in self._frames.feed(view[:received]):
                     self._dispatch(command)
@@ -189,7 +190,7 @@ class Connection:
         except RocketMQError as err:
             self._fail(err)
         except OSError as err:
-            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}"))
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}", self.address))
         return False
 
     def _dispatch(self, command: RemotingCommand) -> None:

@@ -8,6 +8,7 @@ inspecting messages.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from rocketmq_spark.remoting import codes
 
@@ -16,6 +17,8 @@ class RocketMQError(Exception):
     """Base of all project errors."""
 
     retriable: bool = False
+    # The server the failure concerns, where there is one: retries are logged by it.
+    address: str | None = None
 
 
 class ConnectionFailedError(RocketMQError):
@@ -23,11 +26,38 @@ class ConnectionFailedError(RocketMQError):
 
     retriable = True
 
+    def __init__(self, message: str, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
 
 class RequestTimeoutError(RocketMQError):
     """A request got no answer in time."""
 
     retriable = True
+
+    def __init__(self, message: str, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
+class NameServersUnavailableError(RocketMQError):
+    """No name server of the list answered; the message says what each one did.
+
+    Retriable like its parts: a name server may be restarting. At a query's start the short
+    policy gives up on it within seconds.
+    """
+
+    retriable = True
+
+    def __init__(self, answers: Mapping[str, RocketMQError]) -> None:
+        self.answers = dict(answers)
+        self.address = ";".join(self.answers)
+        tried = "; ".join(str(error) if address in str(error) else f"{address}: {error}"
+                          for address, error in self.answers.items())
+        super().__init__(
+            f"no name server answered ({tried}). Check the nameServer option, and that the name servers "
+            "run and can be reached from here")
 
 
 class ProtocolError(RocketMQError):

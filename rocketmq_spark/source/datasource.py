@@ -1,12 +1,23 @@
-"""The ``rocketmq`` data source: what ``spark.read/readStream.format("rocketmq")`` finds."""
+"""The ``rocketmq`` data source: what ``spark.read/readStream.format("rocketmq")`` finds.
+
+When Spark asks what (measured on PySpark 4.3): ``load()`` creates the source and, unless
+the user gave a schema, calls ``schema()``; that is the first the source sees of its options, so
+it checks them there. Whether a stream or a batch read follows is only known later, when the query
+starts (``streamReader``) or the job is planned (``reader``); the rules of one kind only are
+checked then.
+"""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -20,6 +31,7 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
+        parse_options(self.options, streaming=None)  # load(): a bad option fails here
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -27,8 +39,11 @@ class RocketMQDataSource(DataSource):
         return RocketMQBatchReader(parse_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        _check_schema(schema)
-        return RocketMQStreamReader(parse_options(self.options, streaming=True))
+        try:
+            _check_schema(schema)
+            return RocketMQStreamReader(parse_options(self.options, streaming=True))
+        except ConfigurationError as err:
+            return RefusedStreamReader(err)
 
 
 def _check_schema(schema: StructType) -> None:
@@ -36,3 +51,43 @@ def _check_schema(schema: StructType) -> None:
         raise ConfigurationError(
             "schema", "the rocketmq source has a fixed schema",
             f"Do not call .schema(...) on the reader; the columns are: {SCHEMA.simpleString()}")
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options are wrong: every call raises the error that says so.
+
+    PySpark's stream runner (``pyspark/sql/streaming/python_streaming_source_runner.py``, 4.3)
+    calls ``reader.stop()`` in a ``finally`` around ``streamReader()``; when that raises,
+    ``reader`` is unbound and an ``UnboundLocalError`` ends the traceback Spark shows, after ours.
+    Returning this reader instead lets the first call Spark makes raise our error alone.
+    """
+
+    def __init__(self, error: ConfigurationError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def reportLatestOffset(self) -> dict | None:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+    def commit(self, end: dict) -> None:
+        raise self.error
+
+    def stop(self) -> None:
+        """Nothing was opened."""

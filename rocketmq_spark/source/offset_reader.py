@@ -59,7 +59,9 @@ class OffsetReader:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         self.client = client or RocketMQClient(options.client)
-        self.retry = options.retry
+        # The short policy until the query runs (see ``running``): a wrong address or port fails
+        # its start in seconds.
+        self.retry = options.start_retry
         self._clock = clock
         self._addresses: dict[MessageQueue, str] = {}
         self._routes_at: float | None = None
@@ -99,6 +101,11 @@ class OffsetReader:
         self._addresses = found  # the routes as they are now: a stopped broker drops out
         self._routes_at = now
         return dict(found)
+
+    def running(self) -> None:
+        """The query runs: retry failures for its budget (retryBudgetMs) from now on, as their
+        likely cause is now a broker restarting, not a wrong address."""
+        self.retry = self.options.retry
 
     def _routes_changed(self) -> None:
         """Ask the name server again next time: a broker failed or knows queues the route lacks."""

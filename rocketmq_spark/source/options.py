@@ -41,6 +41,7 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 COMMIT_OFFSETS = "commitOffsets"
 PULL_BATCH_SIZE = "pullBatchSize"
 PULL_TIMEOUT_MS = "pullTimeoutMs"
+RETRY_BUDGET_MS = "retryBudgetMs"
 ACCESS_KEY = "accessKey"
 SECRET_KEY = "secretKey"
 SECURITY_TOKEN = "securityToken"
@@ -52,7 +53,7 @@ ALL_OPTIONS = (
     CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
     MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, COMMIT_OFFSETS, PULL_BATCH_SIZE, PULL_TIMEOUT_MS,
-    ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
+    RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
 )
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself may add to a source's map.
@@ -60,12 +61,14 @@ _SPARK_OWNED = frozenset({"path"})
 
 DEFAULT_PULL_BATCH_SIZE = 32
 DEFAULT_PULL_TIMEOUT_MS = 10_000
+DEFAULT_RETRY_BUDGET_MS = 60_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
 ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
 ROCKETMQ_TIMESTAMP_DIGITS = 14
 MS_PER_SECOND = 1000
+MAX_PORT = 65535
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
@@ -135,8 +138,11 @@ class SourceOptions:
     commit_offsets: bool
     pull_batch_size: int
     namespace: str | None
-    # How long the driver and the tasks retry what a retry can fix (a broker restarting).
+    # How long the driver and the tasks of a running query retry what a retry can fix (a broker
+    # restarting), and how long a query's start does: one request timeout, as a failure there
+    # almost always means a wrong address or an unreachable network.
     retry: Retry = Retry()
+    start_retry: Retry = Retry().within(DEFAULT_PULL_TIMEOUT_MS / MS_PER_SECOND)
 
     @property
     def tag_filter(self) -> frozenset[str] | None:
@@ -196,16 +202,18 @@ class _Reader:
             return value.lower() == "true"
         raise ConfigurationError(name, f"unknown value '{value}'", "Use one of: true, false")
 
-    def positive_int(self, name: str, default: int | None = None) -> int | None:
+    def positive_int(self, name: str, default: int | None = None, *, zero_ok: bool = False) -> int | None:
         value = self.get(name)
         if value is None:
             return default
         try:
             number = int(value)
         except ValueError:
-            number = 0
-        if number <= 0:
-            raise ConfigurationError(name, f"'{value}' is not a positive whole number", "Give a number above 0")
+            number = -1
+        if number < 0 or (number == 0 and not zero_ok):
+            kind, least = ("whole number of 0 or more", "0 or more") if zero_ok else (
+                "positive whole number", "above 0")
+            raise ConfigurationError(name, f"'{value}' is not a {kind}", f"Give a number {least}")
         return number
 
     def epoch_ms(self, name: str) -> int | None:
@@ -262,15 +270,19 @@ def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tup
     return offsets
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None = None) -> SourceOptions:
-    """Parse and check the options of a stream (``streaming``) or a batch read."""
+def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
+    """Parse and check the options of a stream (``streaming``) or a batch read.
+
+    ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
+    rule is checked but those of one kind only (a stream's group, a batch's ending options).
+    """
     now = int(time.time() * MS_PER_SECOND) if now_ms is None else now_ms
     reader = _Reader(raw)
     name_servers = parse_name_servers(reader.required(
         NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
     for address in name_servers:
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not port.isdigit() or int(port) > MAX_PORT:
             raise ConfigurationError(NAME_SERVER, f"'{address}' is not host:port", "Write host:port[;host:port...]")
     namespace = reader.get(NAMESPACE)
     topic_names = [t.strip() for t in reader.required(
@@ -297,7 +309,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
         CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
 
     starting_text = reader.get(STARTING_OFFSETS)
-    default_mode = StartingMode.GROUP if streaming else StartingMode.EARLIEST
+    default_mode = StartingMode.GROUP if streaming is True else StartingMode.EARLIEST
     starting_offsets: OffsetMap = {}
     if starting_text is None:
         starting_mode = default_mode
@@ -316,7 +328,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
     ending_offsets: OffsetMap | None = None
     ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
     ending_text = reader.get(ENDING_OFFSETS)
-    if streaming:
+    if streaming is True:
         for name in (ENDING_OFFSETS, ENDING_TIMESTAMP):
             if reader.get(name) is not None:
                 raise ConfigurationError(name, "applies to batch reads only",
@@ -346,7 +358,9 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
     if access_key is not None and secret_key is not None:
         credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
     pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS)
-    assert pull_timeout_ms is not None
+    retry_budget_ms = reader.positive_int(RETRY_BUDGET_MS, DEFAULT_RETRY_BUDGET_MS, zero_ok=True)
+    assert pull_timeout_ms is not None and retry_budget_ms is not None
+    retry = Retry(budget_s=retry_budget_ms / MS_PER_SECOND)
 
     return SourceOptions(
         client=ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
@@ -371,4 +385,6 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool, now_ms: int | None
         commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
         pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
         namespace=namespace,
+        retry=retry,
+        start_retry=retry.within(pull_timeout_ms / MS_PER_SECOND),
     )

@@ -200,7 +200,8 @@ class _InFlight:
         assert error is not None
         if not error.retriable:
             raise error
-        log.warning("pull of %s at %d failed (%s); pulling it again", self.rng.queue, self.offset, error)
+        # Debug only: many pulls meet the same outage, which the retry logs once.
+        log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, self.offset, error)
         part, rng = self.part, self.rng
         return part.retry.call(
             lambda: self.client.pull(rng.address, rng.queue, self.offset, group=part.group, max_messages=self.count,

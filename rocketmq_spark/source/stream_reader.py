@@ -50,6 +50,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stored: OffsetMap = {}
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
+        self._away: frozenset[str] = frozenset()  # brokers whose queues wait for their return
         self._last_batch_ms = _now_ms()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -86,6 +87,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map = from_spark(start)
         self._store(start_map)  # the batch that ended at start is in Spark's commit log
         addresses = self.offsets.queues(missing_ok=True)
+        self.offsets.running()  # the cluster answered: from now on a failure is waited out
         latest = self.offsets.max_offsets(addresses)
         if self._target is not None:
             latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}
@@ -97,9 +99,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Queues whose broker is away keep their offsets until it is back.
         waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
         carried = {q: start_map[q] for q in waiting}
-        if carried:
-            log.warning("brokers of %s are not registered with the name server; their queues resume "
-                        "when they return", sorted({q.broker_name for q in carried}))
+        self._note_away(frozenset(q.broker_name for q in carried))
         # Queues that appeared since the query started are read from their first message.
         full_start = {q: start_map.get(q, earliest[q]) for q in latest}
         full_start.update({q: o for q, o in start_map.items() if q not in latest and q not in carried})
@@ -116,6 +116,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end != fixed:
             self._last_batch_ms = _now_ms()
         return to_spark({**carried, **end})
+
+    def _note_away(self, away: frozenset[str]) -> None:
+        """Log when brokers leave or return, not at every trigger while they are away."""
+        if away - self._away:
+            log.warning("brokers %s are not registered with the name server; their queues resume "
+                        "when they return", sorted(away - self._away))
+        if self._away - away:
+            log.warning("brokers %s are registered again", sorted(self._away - away))
+        self._away = away
 
     def _waiting_for_more(self, available: int) -> bool:
         """minMessagesPerTrigger: hold the batch until enough is there or maxTriggerDelay passed."""

@@ -1,14 +1,18 @@
-"""Option parsing: defaults from the options reference, and a clear error for each bad input."""
+"""Option parsing: defaults from the options reference, a clear error for each bad input, and
+when Spark lets the source check them (``schema()`` at load())."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from rocketmq_spark.remoting.errors import ConfigurationError
-from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
+from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
+from rocketmq_spark.source.schema import SCHEMA
 
 NOW_MS = 1_700_000_000_000
 BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}
@@ -100,6 +104,9 @@ def test_json_starting_offsets_and_namespace() -> None:
         (True, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
         (True, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
         (True, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),
+        (True, {**BASE, "nameServer": "h:98760"}, "nameServer", "host:port"),
+        (True, {**BASE, "retryBudgetMs": "-1"}, "retryBudgetMs", "0 or more"),
+        (True, {**BASE, "pullTimeoutMs": "0"}, "pullTimeoutMs", "above 0"),
         (True, {**BASE, "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger", "spelling"),
         (True, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
     ],
@@ -111,3 +118,51 @@ def test_bad_input_names_the_option_and_the_fix(streaming: bool, options: dict[s
     assert f"option '{option}'" in str(caught.value)
     assert hint in str(caught.value)
     assert caught.value.retriable is False
+
+
+def test_retry_budgets_for_a_running_query_and_for_its_start() -> None:
+    opts = stream()
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (60.0, 10.0)
+    opts = stream(retryBudgetMs="120000", pullTimeoutMs="3000")
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (120.0, 3.0)
+    opts = stream(retryBudgetMs="0")  # no retries at all, at the start either
+    assert (opts.retry.budget_s, opts.start_retry.budget_s) == (0.0, 0.0)
+
+
+LOAD_ERRORS = [
+    ({**BASE, "consumeFromWhere": "FROM_START"}, "option 'consumeFromWhere': unknown value 'FROM_START'"),
+    ({**BASE, "pullTimeoutMs": "3s"}, "option 'pullTimeoutMs': '3s' is not a positive whole number"),
+    ({**BASE, "endingOffsets": "{"}, "option 'endingOffsets': malformed offsets"),
+    ({"topic": "t"}, "option 'nameServer': is required"),
+    ({**BASE, "secretkey": "s"}, "option 'accessKey': is required with the other ACL credential"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), LOAD_ERRORS)
+def test_load_checks_every_rule_of_both_kinds_of_read(options: dict[str, str], message: str) -> None:
+    """At load() Spark calls schema(), before anyone knows if a stream or a batch read follows."""
+    with pytest.raises(ConfigurationError) as caught:
+        RocketMQDataSource(options).schema()
+    assert str(caught.value).startswith(message)
+
+
+def test_load_leaves_the_rules_of_one_kind_of_read_to_its_start() -> None:
+    no_group = {"nameServer": "h:1", "topic": "t"}
+    ending = {**BASE, "endingOffsets": '{"orders": {"broker-a": {"0": 3}}}', "endingTimestamp": "1"}
+    for options in (no_group, {**BASE, "endingTimestamp": "1"}):
+        assert RocketMQDataSource(options).schema() == SCHEMA
+    with pytest.raises(ConfigurationError, match="cannot be combined"):
+        RocketMQDataSource(ending).schema()
+
+
+def test_a_stream_with_bad_options_fails_at_spark_s_first_call_with_our_error_alone() -> None:
+    """streamReader() itself must not raise: PySpark's runner would add an UnboundLocalError."""
+    reader = RocketMQDataSource({"nameServer": "h:1", "topic": "t"}).streamReader(SCHEMA)
+    assert isinstance(reader, RefusedStreamReader)
+    calls = [reader.initialOffset, reader.getDefaultReadLimit, reader.prepareForTriggerAvailableNow,
+             lambda: reader.latestOffset({}, ReadAllAvailable()), lambda: reader.commit({})]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match="option 'consumerGroup': is required for streams"):
+            call()
+    reader.stop()
+

@@ -40,6 +40,7 @@ class FakeOffsets:
         self.times = dict(times or {})
         self.away: set[str] = set()
         self.commits: list[OffsetMap] = []
+        self.running_calls = 0  # times the reader was told the query runs (long retries from then)
 
     def routed(self) -> dict[MessageQueue, tuple[int, int]]:
         return {q: r for q, r in self.ranges.items() if q.broker_name not in self.away}
@@ -75,6 +76,9 @@ class FakeOffsets:
         self.stored.update(routable)
         self.commits.append(routable)
         return CommitResult(stored=routable)
+
+    def running(self) -> None:
+        self.running_calls += 1
 
     def close(self) -> None:
         pass
@@ -222,6 +226,34 @@ def test_the_queues_of_a_broker_that_is_away_wait_with_their_offsets() -> None:
     fake.away.clear()
     assert reader.latestOffset(end, ReadAllAvailable()) == to_spark({A0: 10, B0: 8})
     assert fake.commits[-1] == {A0: 10, B0: 5}
+
+
+def test_a_broker_leaving_and_returning_is_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 8)})
+    reader = stream(fake)
+    end = spark({A0: 2, B0: 5})
+    fake.away.add("broker-b")
+    for _ in range(3):
+        end = reader.latestOffset(end, ReadAllAvailable())
+    fake.away.clear()
+    for _ in range(2):
+        end = reader.latestOffset(end, ReadAllAvailable())
+    assert [r.getMessage() for r in caplog.records if r.name.endswith("stream_reader")] == [
+        "brokers ['broker-b'] are not registered with the name server; their queues resume when they return",
+        "brokers ['broker-b'] are registered again",
+    ]
+
+
+def test_retries_are_short_until_the_query_runs() -> None:
+    """initialOffset is the start (a wrong address fails fast); latestOffset's first routes are
+    the last call under the short policy, also after a restart from a checkpoint."""
+    fake = FakeOffsets({A0: (0, 10)})
+    reader = stream(fake)
+    reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    assert fake.running_calls == 0
+    reader.latestOffset(spark({A0: 0}), ReadAllAvailable())
+    assert fake.running_calls == 1
 
 
 def test_available_now_ends_where_the_queues_ended_when_it_began() -> None:
