@@ -186,3 +186,12 @@ def fail_batch(spark: Any, options: dict[str, str], schema: str | None = None) -
     except Exception as error:  # noqa: BLE001 - Spark wraps the source's error in its own
         return time.monotonic() - began, str(error)
     raise AssertionError("the batch read did not fail")
+
+
+def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
+    """The first offset read from each queue."""
+    firsts: dict[tuple[str, int], int] = {}
+    for row in rows:
+        key = (row.brokerName, row.queueId)
+        firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
+    return firsts

@@ -16,22 +16,13 @@ from typing import Any
 import pytest
 
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, collect_available_now, create_topic, max_offsets, produce, run_available_now,
-    spark_offsets, stored_offsets, stream,
+    QUERY_TIMEOUT_S, ClusterHandle, collect_available_now, create_topic, first_offsets, max_offsets, produce,
+    run_available_now, spark_offsets, stored_offsets, stream,
 )
 
 pytestmark = pytest.mark.integration
 
 Unique = Callable[[str], str]
-
-
-def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
-    """The first offset read from each queue."""
-    firsts: dict[tuple[str, int], int] = {}
-    for row in rows:
-        key = (row.brokerName, row.queueId)
-        firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
-    return firsts
 
 
 # --------------------------------------------------------------------------- 1

@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from integration.support import (
-    ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, stored_offsets, stream,
+    ClusterHandle, batch_read, collect_available_now, create_topic, first_offsets, max_offsets, produce, stored_offsets,
+    stream,
 )
 
 pytestmark = pytest.mark.integration
@@ -66,15 +67,6 @@ def position(message: dict[str, Any]) -> Position:
 
 def row_position(row: Any) -> Position:
     return row.brokerName, row.queueId, row.queueOffset
-
-
-def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
-    """The first offset read from each queue."""
-    firsts: dict[tuple[str, int], int] = {}
-    for row in rows:
-        key = (row.brokerName, row.queueId)
-        firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
-    return firsts
 
 
 def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[Position, int]:
