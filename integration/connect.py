@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from integration.cluster import LOOPBACK, port_open, shifted, tail
+from integration.cluster_config import LOOPBACK, shifted
+from integration.processes import port_open, tail
 from integration.sparkjobs import SERVE_READY
 
 SPARKJOBS = Path(__file__).resolve().parent / "sparkjobs.py"
