@@ -256,16 +256,20 @@ class OffsetReader:
         routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
         result = self._store(group, routable, list(routable))
         unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
-        if unknown:
-            # A broker refuses offsets of a group it has never seen, and creates the group on its
-            # first pull (autoCreateSubscriptionGroup): one empty pull per broker, then again.
-            for queue in {q.broker_name: q for q in unknown}.values():
+        # A broker refuses offsets of a group it has never seen, and creates the group on its
+        # first pull (autoCreateSubscriptionGroup): an empty pull at the offset, then the offset,
+        # queue by queue, as the group's first commit on each broker only.
+        for queue in unknown:
+            try:
                 self.client.pull(self._addresses[queue], queue, routable[queue], group=group, max_messages=1,
                                  subscription=self.options.sub_expression,
                                  expression_type=self.options.expression_type)
-            again = self._store(group, routable, unknown)
-            result.stored.update(again.stored)
-            result.failed = {q: err for q, err in {**result.failed, **again.failed}.items() if q not in again.stored}
+                self.client.update_consumer_offset(self._addresses[queue], queue, group, routable[queue])
+            except RocketMQError as err:
+                result.failed[queue] = err
+            else:
+                result.failed.pop(queue)
+                result.stored[queue] = routable[queue]
         return result
 
     def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
