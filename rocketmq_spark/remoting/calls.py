@@ -256,3 +256,11 @@ def read_pull(response: RemotingCommand, address: str) -> PullResult:
         max_offset=int_field(response, "maxOffset"),
         body=response.body,
     )
+
+
+def pull(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
+         subscription: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG) -> Call[PullResult]:
+    """A pull that does not wait for messages, as a call that can be sent with others."""
+    fields = pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
+                         expression_type=expression_type)
+    return Call(RequestCode.PULL_MESSAGE, fields, read_pull)

@@ -9,7 +9,8 @@ What it costs grows with brokers, not queues, wherever RocketMQ allows:
 - min and max offsets of all of a topic's queues on a broker come in one GET_TOPIC_STATS_INFO
   answer; where a broker does not serve it (a 5.x proxy) or denies it, per-queue requests go out
   back to back on one connection (``RocketMQClient.call_many``);
-- stored offsets, searches by time and commits are per-queue requests, sent back to back.
+- stored offsets, searches by time and commits are per-queue requests, sent back to back; a new
+  group's first commit adds one pull per broker (which creates the group) and one more round.
 """
 
 from __future__ import annotations
@@ -256,21 +257,32 @@ class OffsetReader:
         routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
         result = self._store(group, routable, list(routable))
         unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
-        # A broker refuses offsets of a group it has never seen, and creates the group on its
-        # first pull (autoCreateSubscriptionGroup): an empty pull at the offset, then the offset,
-        # queue by queue, as the group's first commit on each broker only.
-        for queue in unknown:
-            try:
-                self.client.pull(self._addresses[queue], queue, routable[queue], group=group, max_messages=1,
-                                 subscription=self.options.sub_expression,
-                                 expression_type=self.options.expression_type)
-                self.client.update_consumer_offset(self._addresses[queue], queue, group, routable[queue])
-            except RocketMQError as err:
-                result.failed[queue] = err
-            else:
-                result.failed.pop(queue)
-                result.stored[queue] = routable[queue]
+        if unknown:
+            self._introduce(group, unknown, routable)
+            again = self._store(group, routable, unknown)
+            result.stored.update(again.stored)
+            result.failed = {q: err for q, err in result.failed.items() if q not in again.stored}
+            result.failed.update(again.failed)
         return result
+
+    def _introduce(self, group: str, queues: list[MessageQueue], offsets: Mapping[MessageQueue, int]) -> None:
+        """Make the group known to the brokers of ``queues``, which refused its offsets.
+
+        A broker refuses offsets of a group it has never seen and creates the group on its first
+        pull (``autoCreateSubscriptionGroup``): so one pull per broker, which reads nothing the
+        query uses, and whose answers are awaited before the offsets are sent again. A pull that
+        fails leaves its broker's queues to a later commit.
+        """
+        first_of_broker: dict[str, MessageQueue] = {}
+        for queue in queues:
+            first_of_broker.setdefault(self._addresses[queue], queue)
+        pulls = [(address, calls.pull(queue, offsets[queue], group=group, max_messages=1,
+                                      subscription=self.options.sub_expression,
+                                      expression_type=self.options.expression_type))
+                 for address, queue in first_of_broker.items()]
+        for (address, _), outcome in zip(pulls, self.client.call_many(pulls)):
+            if isinstance(outcome, RocketMQError):
+                log.info("could not introduce group %s to broker %s: %s", group, address, outcome)
 
     def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
         outcomes = self.client.call_many(

@@ -48,6 +48,8 @@ class FakeBrokers:
         self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
         self.deleted: set[str] = set()  # topics whose config the brokers no longer hold
         self.rounds = 0  # call_many calls
+        # Brokers that know the group; None = every broker does (offsets of any group are taken).
+        self.group_known: set[str] | None = None
 
     @staticmethod
     def address(broker: str) -> str:
@@ -114,7 +116,14 @@ class FakeBrokers:
                     return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
                 return RemotingCommand(ResponseCode.QUERY_NOT_FOUND)
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.stored[queue])})
+        if code == RequestCode.PULL_MESSAGE:
+            if self.group_known is not None:
+                self.group_known.add(queue.broker_name)  # autoCreateSubscriptionGroup
+            return RemotingCommand(ResponseCode.PULL_NOT_FOUND, ext_fields={
+                "nextBeginOffset": fields["queueOffset"], "minOffset": "0", "maxOffset": str(self.max[queue])})
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            if self.group_known is not None and queue.broker_name not in self.group_known:
+                return RemotingCommand(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="subscription group not exist")
             self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
             return RemotingCommand(ResponseCode.SUCCESS)
         raise AssertionError(f"unexpected request {code}")
@@ -182,6 +191,24 @@ def test_a_commit_is_one_round_of_requests() -> None:
     assert brokers.sent[before:] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
     assert brokers.rounds - rounds == 2  # the trigger's topic stats, then the commit
     assert brokers.stored == from_spark(later)
+
+
+@pytest.mark.parametrize("known_on", [0, 2])
+def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on: int) -> None:
+    """A broker refuses offsets of a group it has never seen, until a pull creates the group."""
+    brokers = FakeBrokers(256)
+    brokers.group_known = {f"broker-{b}" for b in range(known_on)}
+    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
+                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, streaming=True)
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    # The first trigger stores where each queue starts: the group's first commit.
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    refused = sum(1 for q in brokers.max if q.broker_name not in {f"broker-{b}" for b in range(known_on)})
+    assert brokers.sent.count(RequestCode.PULL_MESSAGE) == BROKERS - known_on
+    assert brokers.sent.count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(brokers.max) + refused
+    assert brokers.stored == {q: 0 for q in brokers.max}
+    reader.commit(end)
+    assert brokers.stored == from_spark(end)
 
 
 def test_topic_stats_read_fastjson_object_keys() -> None:
