@@ -24,6 +24,7 @@ from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+from tests.members import MEMBERSHIP_CODES, FakeMembers
 
 BROKERS = 4
 # The ``version`` a broker puts in its answers: 4.9.7's and 5.3.3's ordinals.
@@ -48,6 +49,7 @@ class FakeBrokers:
         self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
         self.deleted: set[str] = set()  # topics whose config the brokers no longer hold
         self.rounds = 0  # call_many calls
+        self.members = FakeMembers()  # the stream's consumer group
 
     @staticmethod
     def address(broker: str) -> str:
@@ -75,7 +77,7 @@ class FakeBrokers:
                 outcomes.append(ConnectionFailedError(f"cannot connect to {address}: refused"))
                 continue
             try:
-                response = self.answer(call)
+                response = self.members.answer(address, call) if call.code in MEMBERSHIP_CODES else self.answer(call)
                 response.version = self.version
                 outcomes.append(call.read(response, address))
             except RocketMQError as err:
