@@ -27,9 +27,11 @@ from rocketmq_spark.remoting.errors import ProtocolError
 # it is (``ConsumeType``, ``MessageModel``): a group of such members is not rebalanced by them.
 CONSUME_ACTIVELY = "CONSUME_ACTIVELY"
 CLUSTERING = "CLUSTERING"
-# The remark a broker answers GET_CONSUMER_LIST_BY_GROUP with (as SYSTEM_ERROR) for a group that
-# has no member at all: an empty list, not a failure.
+# How GET_CONSUMER_LIST_BY_GROUP is answered for a group without any member (as SYSTEM_ERROR): a
+# broker says so in its remark; a 5.x proxy's remoting port fails on the missing group (5.3.3 on
+# JDK 17 gives the NullPointerException's message). Both are an empty list, not a failure.
 NO_CONSUMER_REMARK = "no consumer for this group"
+PROXY_NO_GROUP_REMARK = '"consumerGroupInfo" is null'
 # Java's String.hashCode works on 32-bit signed ints over UTF-16 code units.
 _JAVA_HASH_MULTIPLIER = 31
 _UINT32_MASK = (1 << 32) - 1
@@ -112,7 +114,9 @@ def consumer_ids(group: str) -> Call[list[str]]:
     code = RequestCode.GET_CONSUMER_LIST_BY_GROUP
 
     def read(response: RemotingCommand, address: str) -> list[str]:
-        if response.code == ResponseCode.SYSTEM_ERROR and (response.remark or "").startswith(NO_CONSUMER_REMARK):
+        remark = response.remark or ""
+        if response.code == ResponseCode.SYSTEM_ERROR and (
+                remark.startswith(NO_CONSUMER_REMARK) or PROXY_NO_GROUP_REMARK in remark):
             return []
         accepted(response, code, address)
         return parse_consumer_ids(response.body, address)

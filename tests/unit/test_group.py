@@ -87,6 +87,9 @@ def test_the_member_list_reads_the_brokers_answers() -> None:
     assert call.read(listed, BROKERS[0]) == [PUSH, ME]
     none = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark="no consumer for this group, g")
     assert call.read(none, BROKERS[0]) == []
+    proxy_none = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark='Cannot invoke "org.apache.rocketmq.broker.client.'
+                                 'ConsumerGroupInfo.getAllClientId()" because "consumerGroupInfo" is null')
+    assert call.read(proxy_none, BROKERS[0]) == []
     with pytest.raises(BrokerResponseError, match="disk full"):
         call.read(RemotingCommand(ResponseCode.SYSTEM_ERROR, remark="disk full"), BROKERS[0])
     with pytest.raises(ProtocolError, match="consumer list from 127.0.0.1:10911"):
