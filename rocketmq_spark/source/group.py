@@ -87,8 +87,8 @@ def sharing_problem(group: str, others: Iterable[str]) -> str:
     parts = []
     if consumers:
         parts.append(f"consumer group '{group}' has other consumers online ({', '.join(consumers)}): they and "
-                     "this query store offsets for the same queues and overwrite each other's, and messages "
-                     "go to both or are skipped by one after the other's commit")
+                     "this query both read its queues and store offsets for them, and overwrite each other's, "
+                     "so after a restart either may skip or re-read messages")
     if queries:
         parts.append(f"another query of this source reads with consumer group '{group}' ({', '.join(queries)}): "
                      "both queries store offsets for the same queues and overwrite each other's")
