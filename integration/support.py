@@ -291,7 +291,8 @@ def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int)
         reader.join(PUSH_START_TIMEOUT_S)
 
 
-def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path, *args: str) -> tuple[dict[str, Any], str]:
+def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path,
+                              *args: str) -> tuple[dict[str, Any], str]:
     """Run ``integration/sparkjobs.py <job> --classic`` in a process of its own whose Python
     processes all log the source's lines to a file; its result line and that log."""
     site = workdir / "site"

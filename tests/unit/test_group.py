@@ -207,7 +207,8 @@ QUEUES = (A0, A1, B0)
 
 
 def stream_of(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
-    return RocketMQStreamReader(options(topic="t", **extra), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
+    opened = options(topic="t", **extra)
+    return RocketMQStreamReader(opened, open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
 
 
 def test_a_stream_registers_at_its_first_call_and_leaves_at_stop() -> None:
