@@ -207,7 +207,7 @@ QUEUES = (A0, A1, B0)
 
 
 def stream_of(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
-    opened = options(topic="t", **extra)
+    opened = options(topic=A0.topic, **extra)
     return RocketMQStreamReader(opened, open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
 
 
