@@ -45,7 +45,7 @@ __all__ = [
     "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
     "DEFAULT_PROXY_GRPC_PORT", "DEFAULT_PROXY_REMOTING_PORT", "DEFAULT_VERSION", "DEFAULT_WORKDIR", "LOOPBACK",
     "PORT_OFFSET", "PROXY_MODE_CLUSTER", "PROXY_MODE_LOCAL", "RELEASES", "STATE_FILE_NAME", "VERSION_ENV", "Cluster",
-    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "run_tool", "shifted",
+    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "run_tool", "shifted", "tool_command",
 ]
 
 STATE_FILE_NAME = "cluster.json"
@@ -272,6 +272,20 @@ def _built(version: str) -> None:
         raise ClusterError(str(err)) from err
 
 
+def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR) -> list[str]:
+    """The command line of the Java test tool (for a tool that runs alongside a test)."""
+    home = workdir / "home" / "tool"
+    home.mkdir(parents=True, exist_ok=True)
+    classpath = tool_classpath()
+    try:
+        logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
+        return java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
+                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback)},
+                            [command, "--ns", namesrv_addr, *args])
+    except (BuildError, ProcessError) as err:
+        raise ClusterError(str(err)) from err
+
+
 def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
              check: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
     """Run the Java test tool against any name server; return its JSON lines.
@@ -279,16 +293,7 @@ def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAUL
     The tool is the same whatever release the brokers run: the official 5.x client, which
     speaks to 4.9 brokers as well.
     """
-    home = workdir / "home" / "tool"
-    home.mkdir(parents=True, exist_ok=True)
-    classpath = tool_classpath()
-    try:
-        logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
-        cmd = java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
-                           {"user.home": str(home), "rmq.logback.configurationFile": str(logback)},
-                           [command, "--ns", namesrv_addr, *args])
-    except (BuildError, ProcessError) as err:
-        raise ClusterError(str(err)) from err
+    cmd = tool_command(namesrv_addr, command, *args, workdir=workdir)
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
     if check and result.returncode != 0:
         raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")

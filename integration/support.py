@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.cluster import Cluster, run_tool
+from integration.cluster import Cluster, run_tool, tool_command
 from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
 
 QUERY_TIMEOUT_S = 300
+REPO = Path(__file__).resolve().parent.parent
+# consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
+PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
+# consumerConnection prints its members under this header, up to a blank line.
+CONNECTIONS_HEADER = "#ClientId"
+# How long a push consumer may take to start and register with the brokers on a loaded machine.
+PUSH_START_TIMEOUT_S = 120
+# Loaded by every Python process of a Spark run in a process of its own (driver, Spark's
+# workers): the source logs at DEBUG to a file the test reads.
+SITE_CUSTOMIZE = """
+import logging
+handler = logging.FileHandler({path!r})
+handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
+logger = logging.getLogger("rocketmq_spark")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(handler)
+"""
 
 
 class ClusterHandle:
@@ -195,3 +218,91 @@ def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
         key = (row.brokerName, row.queueId)
         firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
     return firsts
+
+
+def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(broker offset, consumer offset) per queue of the topic, as the release's own ``mqadmin
+    consumerProgress -g`` prints them. It finds the group's brokers through the group's retry
+    topic, which exists once a member of the group (the stream) has sent a heartbeat."""
+    progress = {}
+    for line in rocketmq.mqadmin("consumerProgress", "-g", group).splitlines():
+        match = PROGRESS_ROW.match(line)
+        if match and match.group(1) == topic:
+            progress[(match.group(2), int(match.group(3)))] = (int(match.group(4)), int(match.group(5)))
+    return progress
+
+
+def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
+    """The client ids ``mqadmin consumerConnection -g`` lists (none when it finds no member)."""
+    assert rocketmq.cluster is not None, "mqadmin needs a cluster started by this run"
+    lines = rocketmq.cluster.mqadmin("consumerConnection", "-g", group, check=False).splitlines()
+    starts = [k for k, line in enumerate(lines) if line.startswith(CONNECTIONS_HEADER)]
+    if not starts:
+        return []
+    ids = []
+    for line in lines[starts[0] + 1:]:
+        if not line.strip():
+            break
+        ids.append(line.split()[0])
+    return ids
+
+
+@dataclass
+class PushConsumer:
+    """A Java push consumer online in a group (the tool's ``push-consume``) and what it printed."""
+
+    process: subprocess.Popen[str]
+    client_id: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def allocations(self, topic: str) -> list[dict[str, Any]]:
+        """Each rebalance of the topic: the members it counted and the queues it took."""
+        return [e for e in list(self.events) if e["event"] == "allocate" and e["topic"] == topic]
+
+
+@contextmanager
+def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int) -> Iterator[PushConsumer]:
+    """A push consumer of the topic in the group, registered with every broker of the topic when
+    this yields; stopped on leaving the block if its time has not run out yet."""
+    cmd = tool_command(rocketmq.namesrv_addr, "push-consume", "--topic", topic, "--group", group,
+                       "--seconds", str(seconds))
+    consumer = PushConsumer(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    started = threading.Event()
+
+    def read() -> None:
+        assert consumer.process.stdout is not None
+        for line in consumer.process.stdout:
+            if line.startswith("{"):
+                event = json.loads(line)
+                consumer.events.append(event)
+                if event["event"] == "started":
+                    consumer.client_id = event["clientId"]
+                    started.set()
+        started.set()  # it ended: the wait below finds no client id
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert started.wait(PUSH_START_TIMEOUT_S) and consumer.client_id, "the push consumer did not start"
+        yield consumer
+    finally:
+        consumer.process.terminate()
+        consumer.process.wait(PUSH_START_TIMEOUT_S)
+        reader.join(PUSH_START_TIMEOUT_S)
+
+
+def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path,
+                              *args: str) -> tuple[dict[str, Any], str]:
+    """Run ``integration/sparkjobs.py <job> --classic`` in a process of its own whose Python
+    processes all log the source's lines to a file; its result line and that log."""
+    site = workdir / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    log = workdir / "source.log"
+    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(log)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    flags = [part for key, value in options.items() for part in ("-o", f"{key}={value}")]
+    run = subprocess.run([sys.executable, "-m", "integration.sparkjobs", job, "--classic", *flags, *args],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    assert run.returncode == 0 and lines, run.stderr[-5000:]
+    return json.loads(lines[-1]), log.read_text() if log.exists() else ""

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.membership import java_string_hash
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -105,21 +106,6 @@ COMPRESSORS = {
     "lz4": (codes.COMPRESSION_LZ4, lz4.frame.compress),
     "zstd": (codes.COMPRESSION_ZSTD, zstd_stream),
 }
-
-
-_INT32_SIGN = 1 << 31
-_UINT32_MASK = (1 << 32) - 1
-_UTF16_UNIT = struct.Struct(">H")
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()``: ``h = 31*h + unit`` over UTF-16 code units,
-    as a signed 32-bit int. The broker stores this as a message's tags code."""
-    units = text.encode("utf-16-be", "surrogatepass")
-    value = 0
-    for (unit,) in _UTF16_UNIT.iter_unpack(units):
-        value = (31 * value + unit) & _UINT32_MASK
-    return value - (1 << 32) if value & _INT32_SIGN else value
 
 
 def tag_codes(tags: Iterable[str]) -> set[int]:

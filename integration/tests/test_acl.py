@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import Overhead, fail_batch, fail_stream
+from integration.support import SITE_CUSTOMIZE, Overhead, fail_batch, fail_stream
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -58,16 +58,6 @@ PULL_TIMEOUT_MS = 3000
 LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 900
-# Loaded by every Python process of the run (driver, Spark's workers): the source logs at DEBUG
-# to a file the test reads, so nothing it logs escapes the search.
-SITE_CUSTOMIZE = """
-import logging
-handler = logging.FileHandler({path!r})
-handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
-logger = logging.getLogger("rocketmq_spark")
-logger.setLevel(logging.DEBUG)
-logger.addHandler(handler)
-"""
 
 
 def signed_tool(cluster: Cluster, command: str, *args: str) -> list[dict[str, Any]]:

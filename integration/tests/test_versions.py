@@ -15,13 +15,12 @@ Where releases differ underneath, the source has to make up for it:
 * a 5.x producer gives a batch a UNIQ_KEY of its own, which 4.9.7 and 5.3.3 brokers append to
   every message after the message's own UNIQ_KEY (5.5.0 does not);
 * mqadmin lists a group's progress (``consumerProgress -g``) only once the group's retry topic
-  exists, which only a heartbeat creates.
+  exists, which only a heartbeat creates: the stream registers in its group for that.
 """
 
 from __future__ import annotations
 
 import base64
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +29,8 @@ from typing import Any
 import pytest
 
 from integration.support import (
-    ClusterHandle, batch_read, collect_available_now, create_topic, first_offsets, max_offsets, produce, stored_offsets,
-    stream,
+    ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, first_offsets, max_offsets,
+    produce, stored_offsets, stream,
 )
 
 pytestmark = pytest.mark.integration
@@ -57,8 +56,6 @@ BATCH_SIZE = 5
 # decoding, and UNIQ_KEY of batch-sent messages has a test of its own.
 NOT_COMPARED = ("UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET")
 STORED_AT = 3
-# consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
-PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 
 
 def position(message: dict[str, Any]) -> Position:
@@ -218,24 +215,9 @@ def test_msg_id_of_batch_sent_messages_is_what_the_producer_was_told(
 # --------------------------------------------------------------------------- offsets as others see them
 
 
-def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
-    """(broker offset, consumer offset) per queue of the topic, as the release's mqadmin prints them.
-
-    5.x's mqadmin is asked for the topic (``-t``), which finds a group that never sent a
-    heartbeat; 4.9's has no ``-t``, and ``-g`` alone finds only groups with a retry topic."""
-    by_topic = ("-t", topic) if rocketmq.major >= 5 else ()
-    output = rocketmq.mqadmin("consumerProgress", "-g", group, *by_topic)
-    progress = {}
-    for line in output.splitlines():
-        match = PROGRESS_ROW.match(line)
-        if match and match.group(1) == topic:
-            progress[(match.group(2), int(match.group(3)))] = (int(match.group(4)), int(match.group(5)))
-    return progress
-
-
 def test_commits_show_in_the_releases_own_mqadmin(
         spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
-    """`mqadmin consumerProgress` lists every queue with the committed offset and no lag."""
+    """`mqadmin consumerProgress -g` lists every queue with the committed offset and no lag."""
     topic, group = unique("v-admin"), unique("v-admin-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     produce(rocketmq, topic, WAVE, "--batch", str(SEND_BATCH))

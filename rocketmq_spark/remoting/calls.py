@@ -30,11 +30,12 @@ SUCCESS_ONLY = (ResponseCode.SUCCESS,)
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One request and the reading of its answer (``read(response, address)``), which raises the
-    error a refusal stands for."""
+    error a refusal stands for; ``body`` for the few requests that carry one (a heartbeat)."""
 
     code: RequestCode
     fields: Mapping[str, object]
     read: Callable[[RemotingCommand, str], T]
+    body: bytes = b""
 
 
 def accepted(response: RemotingCommand, code: int, address: str,

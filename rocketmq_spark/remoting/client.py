@@ -174,7 +174,7 @@ class RocketMQClient:
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
         """Send one typed call and read its answer."""
-        return call.read(self.invoke(address, call.code, call.fields, timeout=timeout), address)
+        return call.read(self.invoke(address, call.code, call.fields, call.body, timeout), address)
 
     def call_many(self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
         """Send many calls back to back, at most ``window`` unanswered at once, and return each
@@ -198,7 +198,7 @@ class RocketMQClient:
                 outcomes[index] = unreachable[address]
                 continue
             try:
-                in_flight.append((index, address, call, self.submit(address, call.code, call.fields)))
+                in_flight.append((index, address, call, self.submit(address, call.code, call.fields, call.body)))
             except ConnectionFailedError as err:
                 unreachable[address] = outcomes[index] = err
             except RocketMQError as err:

@@ -129,6 +129,11 @@ class OffsetReader:
         back = self.queues(missing_ok=True, fresh=True)
         return {q for q in queues if q.broker_name not in live or q in back}
 
+    def broker_addresses(self) -> set[str]:
+        """Where the queues of the last routes are served (a broker each, or a proxy): safe to ask
+        from another thread, as the routes are replaced whole, never changed in place."""
+        return set(self._addresses.values())
+
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:
             self.queues(fresh=True)

@@ -38,6 +38,7 @@ MAX_TRIGGER_DELAY = "maxTriggerDelay"
 MIN_PARTITIONS = "minPartitions"
 MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
+FAIL_ON_SHARED_GROUP = "failOnSharedGroup"
 COMMIT_OFFSETS = "commitOffsets"
 PULL_BATCH_SIZE = "pullBatchSize"
 PULL_TIMEOUT_MS = "pullTimeoutMs"
@@ -52,8 +53,8 @@ ALL_OPTIONS = (
     NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
     CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
-    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, COMMIT_OFFSETS, PULL_BATCH_SIZE, PULL_TIMEOUT_MS,
-    RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
+    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE,
+    PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
 )
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself may add to a source's map.
@@ -136,6 +137,7 @@ class SourceOptions:
     max_messages_per_partition: int | None
     fail_on_data_loss: bool
     commit_offsets: bool
+    fail_on_shared_group: bool
     pull_batch_size: int
     namespace: str | None
     # How long the driver and the tasks of a running query retry what a retry can fix (a broker
@@ -383,6 +385,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         max_messages_per_partition=reader.positive_int(MAX_MESSAGES_PER_PARTITION),
         fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
         commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
+        fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
         pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
         namespace=namespace,
         retry=retry,

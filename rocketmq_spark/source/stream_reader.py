@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap, from_spark, to_spark
 from rocketmq_spark.source.options import SourceOptions
@@ -43,10 +44,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streams the source's topics as offset ranges per queue, with admission control."""
 
     def __init__(self, options: SourceOptions,
-                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader) -> None:
+                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader,
+                 open_watch: Callable[[SourceOptions, OffsetReader], GroupWatch] | None = None) -> None:
         self.options = options
         self._open_offsets = open_offsets
+        self._open_watch = open_watch or _watch_group
         self._reader: OffsetReader | None = None
+        self._watch: GroupWatch | None = None
         self._stored: OffsetMap = {}
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
@@ -57,6 +61,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark ships the reader to executors for read(); connections stay on the driver.
         state = dict(self.__dict__)
         state["_reader"] = None
+        state["_watch"] = None
         return state
 
     @property
@@ -67,8 +72,21 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---------------------------------------------------------------- offsets
 
+    def _group(self) -> None:
+        """Register in the group and watch it from the first call on (the routes are known by
+        then); raise if failOnSharedGroup is set and the group is shared. Only a stream that
+        commits offsets takes part in its group: one that does not writes nothing a member could
+        overwrite, and may read a busy group's offsets without troubling its consumers."""
+        if not self.options.commit_offsets:
+            return
+        if self._watch is None:
+            self._watch = self._open_watch(self.options, self.offsets)
+            self._watch.start()
+        self._watch.check()
+
     def initialOffset(self) -> dict:
         queues = self.offsets.queues()
+        self._group()
         return to_spark(starting_offsets(self.options, queues, self.offsets))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -85,8 +103,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_map = from_spark(start)
-        self._store(start_map)  # the batch that ended at start is in Spark's commit log
         addresses = self.offsets.queues(missing_ok=True)
+        self._group()  # before anything is stored: a shared group may be an error
+        self._store(start_map)  # the batch that ended at start is in Spark's commit log
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
         latest = self.offsets.max_offsets(addresses)
         if self._target is not None:
@@ -176,6 +195,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         "tries again", len(result.failed), self.options.consumer_group, queue, err)
 
     def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+def _watch_group(options: SourceOptions, offsets: OffsetReader) -> GroupWatch:
+    return GroupWatch(offsets.client, options, offsets.broker_addresses)

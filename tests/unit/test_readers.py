@@ -23,6 +23,7 @@ from rocketmq_spark.source.offsets import OffsetMap, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+from tests.members import FakeMembers
 
 TOPIC = "orders"
 A0, A1, B0 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1), MessageQueue(TOPIC, "broker-b", 0)
@@ -41,6 +42,7 @@ class FakeOffsets:
         self.away: set[str] = set()
         self.commits: list[OffsetMap] = []
         self.running_calls = 0  # times the reader was told the query runs (long retries from then)
+        self.client = FakeMembers()  # the stream's consumer group, on the brokers
 
     def routed(self) -> dict[MessageQueue, tuple[int, int]]:
         return {q: r for q, r in self.ranges.items() if q.broker_name not in self.away}
@@ -53,6 +55,9 @@ class FakeOffsets:
 
     def address(self, queue: MessageQueue) -> str:
         return ADDRESS[queue.broker_name]
+
+    def broker_addresses(self) -> set[str]:
+        return {ADDRESS[q.broker_name] for q in self.routed()}
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         return {q: self.routed()[q][0] for q in queues}

@@ -24,6 +24,7 @@ from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+from tests.members import MEMBERSHIP_CODES, FakeMembers
 
 BROKERS = 4
 # The ``version`` a broker puts in its answers: 4.9.7's and 5.3.3's ordinals.
@@ -50,6 +51,7 @@ class FakeBrokers:
         self.rounds = 0  # call_many calls
         # Brokers that know the group; None = every broker does (offsets of any group are taken).
         self.group_known: set[str] | None = None
+        self.members = FakeMembers()  # the stream's consumer group
 
     @staticmethod
     def address(broker: str) -> str:
@@ -77,7 +79,7 @@ class FakeBrokers:
                 outcomes.append(ConnectionFailedError(f"cannot connect to {address}: refused"))
                 continue
             try:
-                response = self.answer(call)
+                response = self.members.answer(address, call) if call.code in MEMBERSHIP_CODES else self.answer(call)
                 response.version = self.version
                 outcomes.append(call.read(response, address))
             except RocketMQError as err:

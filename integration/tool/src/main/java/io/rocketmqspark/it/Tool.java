@@ -77,6 +77,7 @@ public final class Tool {
             case "offsets" -> offsets(args);
             case "set-offset" -> setOffset(args);
             case "consume" -> consume(args);
+            case "push-consume" -> PushConsume.run(args);
             default -> {
                 usage();
                 System.exit(2);
@@ -97,6 +98,7 @@ public final class Tool {
             "  offsets --topic T --group G",
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
+            "  push-consume --topic T --group G --seconds S (a push consumer online for S seconds)",
             "  common: [--access-key AK --secret-key SK]"));
     }
 
