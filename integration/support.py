@@ -27,6 +27,8 @@ class ClusterHandle:
         self.proxy_addr = proxy_addr
         self.cluster = cluster
         self.version = version
+        # The Java tool connects with TLS where the servers ask for it.
+        self.tls = cluster is not None and cluster.config.tls_clients
 
     @property
     def major(self) -> int:
@@ -35,7 +37,7 @@ class ClusterHandle:
 
     def tool(self, command: str, *args: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""
-        return run_tool(self.namesrv_addr, command, *args, **kwargs)
+        return run_tool(self.namesrv_addr, command, *args, tls=self.tls, **kwargs)
 
     def mqadmin(self, *args: str) -> str:
         if self.cluster is None:
