@@ -41,7 +41,7 @@ from integration.processes import (
     READY_TIMEOUT_S, ProcessError, Server, java_command, port_open, spawn, terminate, wait_ready,
 )
 from integration.tls_setup import (
-    CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_test_certificates, server_properties,
+    CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_server_certificates, server_properties,
 )
 from integration.versions import DEFAULT_VERSION, JDK17_FLAGS, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
 
@@ -108,8 +108,8 @@ class Cluster:
         cfg = self.config
         if self.state_file.exists():
             raise ClusterError(f"a cluster is already recorded in {self.state_file}; stop it first")
-        if cfg.brokers not in (1, 2):
-            raise ClusterError("brokers must be 1 or 2")
+        if cfg.brokers not in (0, 1, 2):
+            raise ClusterError("brokers must be 0 (a name server alone), 1 or 2")
         if cfg.proxy and not cfg.release.has_proxy:
             raise ClusterError(f"RocketMQ {cfg.version} has no proxy; start it without one")
         busy = [p for p in self.all_ports() if port_open(p)]
@@ -126,7 +126,7 @@ class Cluster:
             write_plain_acl(cfg.workdir)
         try:
             if cfg.tls_clients:
-                make_test_certificates(cfg.workdir)
+                make_server_certificates(cfg.workdir)
             deadline = time.monotonic() + READY_TIMEOUT_S
             namesrv = self._spawn("namesrv", "namesrv", NAMESRV_MAIN, NAMESRV_HEAP, self._namesrv_args(),
                                   [cfg.namesrv_port], [NAMESRV_READY])
@@ -135,7 +135,8 @@ class Cluster:
             deadline = time.monotonic() + READY_TIMEOUT_S
             for broker in brokers:
                 wait_ready(broker, deadline)
-            self._wait_registered(deadline)
+            if brokers:
+                self._wait_registered(deadline)
             if cfg.proxy and cfg.proxy_mode == PROXY_MODE_CLUSTER:
                 # Started last: a cluster-mode proxy routes through the name server at once.
                 args = ["-pm", PROXY_MODE_CLUSTER, "-n", cfg.namesrv_addr, "-pc", str(self._write_proxy_conf())]

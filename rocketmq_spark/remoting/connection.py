@@ -24,6 +24,7 @@ from collections.abc import Callable
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
 from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
+from rocketmq_spark.remoting.tls_channel import TlsChannel
 
 RECEIVE_CHUNK_BYTES = 1024 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -98,14 +99,15 @@ class Connection:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as err:
             raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
-        if tls_context is not None:
-            sock = _handshake(sock, tls_context, address, host)
-        self._plain = tls_context is None
-        self._heard = False  # whether the server has sent anything yet
-        sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        self._sock = sock
+        self._sock: socket.socket | TlsChannel = sock
+        if tls_context is not None:
+            self._sock = _handshake(sock, tls_context, address, host)
+        # The TLS version agreed on (e.g. TLSv1.3); None for a plain connection.
+        self.tls_version = self._sock.version() if isinstance(self._sock, TlsChannel) else None
+        self._heard = False  # whether the server has sent anything yet
+        self._sock.settimeout(None)
         self._frames = FrameReader(max_frame_length)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -206,7 +208,7 @@ class Connection:
 
     def _unheard_hint(self) -> str:
         """Why a plain connection may have been closed before the server said anything."""
-        return _PLAIN_REFUSED_HINT if self._plain and not self._heard else ""
+        return _PLAIN_REFUSED_HINT if self.tls_version is None and not self._heard else ""
 
     def _dispatch(self, command: RemotingCommand) -> None:
         if not command.is_response:
@@ -232,14 +234,14 @@ class Connection:
             pending.settle(None, error)
 
 
-def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> ssl.SSLSocket:
+def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
     """The TLS handshake on a connected socket; the name checked is the host connected to.
 
     A certificate that fails verification is raised as ``ssl.SSLCertVerificationError`` inside a
     ConnectionFailedError (its ``__cause__``), for the client to explain with its trust settings.
     """
     try:
-        return context.wrap_socket(sock, server_hostname=host)
+        return TlsChannel(sock, context, host)
     except ssl.SSLCertVerificationError as err:
         sock.close()
         raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
