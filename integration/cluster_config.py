@@ -60,7 +60,7 @@ class ClusterConfig:
     workdir: Path = DEFAULT_WORKDIR
     # The RocketMQ release (see integration/versions.py); ROCKETMQ_VERSION sets the default.
     version: str = field(default_factory=selected_version)
-    brokers: int = 2
+    brokers: int = 2  # 0: a name server alone
     proxy: bool = False
     # "cluster": the proxy is its own JVM forwarding to the brokers (pull and offsets work);
     # "local": it embeds broker-a, but then answers PULL_MESSAGE with "request is not

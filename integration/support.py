@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,17 @@ from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
 
 QUERY_TIMEOUT_S = 300
+REPO = Path(__file__).resolve().parent.parent
+# Loaded by every Python process of a Spark application run with ``logging_env`` (driver, Spark's
+# workers): the source logs at DEBUG to a file the test reads, so nothing it logs escapes it.
+SITE_CUSTOMIZE = """
+import logging
+handler = logging.FileHandler({path!r})
+handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
+logger = logging.getLogger("rocketmq_spark")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(handler)
+"""
 
 
 class ClusterHandle:
@@ -197,3 +209,14 @@ def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
         key = (row.brokerName, row.queueId)
         firsts[key] = min(firsts.get(key, row.queueOffset), row.queueOffset)
     return firsts
+
+
+def logging_env(directory: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a Spark application whose every Python process logs the source's lines
+    to a file, and that file (each line: pid, logger, level, message)."""
+    site = directory / "site"
+    site.mkdir()
+    source_log = directory / "source.log"
+    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
+    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}, source_log

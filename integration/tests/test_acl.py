@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import Overhead, fail_batch, fail_stream
+from integration.support import REPO, Overhead, fail_batch, fail_stream, logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -56,18 +55,7 @@ AUTH_CREATE_USER = 3001
 PULL_TIMEOUT_MS = 3000
 # What a failing query may add to Spark's own time: three request timeouts.
 LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
-REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 900
-# Loaded by every Python process of the run (driver, Spark's workers): the source logs at DEBUG
-# to a file the test reads, so nothing it logs escapes the search.
-SITE_CUSTOMIZE = """
-import logging
-handler = logging.FileHandler({path!r})
-handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s %(message)s"))
-logger = logging.getLogger("rocketmq_spark")
-logger.setLevel(logging.DEBUG)
-logger.addHandler(handler)
-"""
 
 
 def signed_tool(cluster: Cluster, command: str, *args: str) -> list[dict[str, Any]]:
@@ -226,12 +214,8 @@ def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_
                                                          unique: Callable[[str], str], tmp_path: Path) -> None:
     """Plans, progress reports, errors and every log line of a whole Spark application that reads
     with the credentials, then with a wrong secret; see integration/credentials_run.py."""
-    site = tmp_path / "site"
-    site.mkdir()
-    source_log = tmp_path / "source.log"
-    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
+    env, source_log = logging_env(tmp_path)
     wrong_secret = f"sk-{uuid.uuid4().hex}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, "-m", "integration.credentials_run", "--name-server", acl.cluster.namesrv_addr,
          "--topic", acl.topic, "--group", unique("it-acl-spark"), "--access-key", spark_user.access_key,
