@@ -334,7 +334,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start name server, brokers and optionally the proxy")
     _version_option(start)
-    start.add_argument("--brokers", type=int, default=2, choices=(1, 2))
+    start.add_argument("--brokers", type=int, default=2, choices=(0, 1, 2), help="0: a name server alone")
     start.add_argument("--proxy", action="store_true", help="start the 5.x proxy (remoting and gRPC ports)")
     start.add_argument("--proxy-mode", choices=(PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL), default=PROXY_MODE_CLUSTER,
                        help="cluster: its own JVM in front of the brokers; local: embeds broker-a (serves no pulls)")

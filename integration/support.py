@@ -202,6 +202,20 @@ def fail_batch(spark: Any, options: dict[str, str], schema: str | None = None) -
     raise AssertionError("the batch read did not fail")
 
 
+def fail_query(kind: str, spark: Any, options: dict[str, str], checkpoint: Path, overhead: Overhead,
+               label: str) -> tuple[float, str]:
+    """Start a ``stream`` or plan a ``batch`` read that fails; print how long that took, and
+    return how much longer than Spark alone, and the error."""
+    if kind == "stream":
+        elapsed, error = fail_stream(spark, options, checkpoint)
+        spark_s = overhead.stream_s
+    else:
+        elapsed, error = fail_batch(spark, options)
+        spark_s = overhead.batch_s
+    print(f"{kind}, {label}: failed after {elapsed:.1f} s, {elapsed - spark_s:.1f} s more than Spark alone")
+    return elapsed - spark_s, error
+
+
 def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
     """The first offset read from each queue."""
     firsts: dict[tuple[str, int], int] = {}

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import REPO, Overhead, fail_batch, fail_stream, logging_env
+from integration.support import REPO, Overhead, fail_query, logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -198,16 +198,10 @@ def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overh
     options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
                "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
                "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
-    if kind == "stream":
-        elapsed, error = fail_stream(spark, options, tmp_path)
-        spark_s = overhead.stream_s
-    else:
-        elapsed, error = fail_batch(spark, options)
-        spark_s = overhead.batch_s
-    print(f"{kind}, wrong secret: failed after {elapsed:.1f} s, {elapsed - spark_s:.1f} s more than Spark alone")
+    extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "wrong secret")
     assert f"from {ACL_BROKER_ADDR}: {SIGNATURE_FAILED}" in error, error
     assert WRONG_SECRET.secret_key not in error
-    assert elapsed - spark_s < LIMIT_S, f"{elapsed:.1f} s"
+    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,

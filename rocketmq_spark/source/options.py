@@ -47,6 +47,7 @@ ACCESS_KEY = "accessKey"
 SECRET_KEY = "secretKey"
 SECURITY_TOKEN = "securityToken"
 TLS = "tls"
+# Named where the TLS errors that tell users which of them to change are made.
 TLS_TRUST_CERT_PATH = TRUST_OPTION
 TLS_VERIFY = VERIFY_OPTION
 NAMESPACE = "namespace"
