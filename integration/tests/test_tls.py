@@ -96,15 +96,17 @@ def test_the_servers_really_refuse_plain_connections(tls: TlsCluster) -> None:
             plain.topic_route(TOPIC)
 
 
-def test_a_verified_batch_read_and_stream_read_everything(spark: Any, tls: TlsCluster, tmp_path: Path) -> None:
-    options = tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, minPartitions=str(QUEUES))
+def test_a_verified_batch_read_reads_everything(spark: Any, tls: TlsCluster) -> None:
     reader = spark.read.format("rocketmq")
-    for key, value in options.items():
+    for key, value in tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, minPartitions=str(QUEUES)).items():
         reader = reader.option(key, value)
     assert keys_of(reader.load().collect()) == KEYS
 
+
+def test_a_verified_stream_reads_everything(spark: Any, tls: TlsCluster, tmp_path: Path) -> None:
     stream = spark.readStream.format("rocketmq")
-    for key, value in {**options, "consumerGroup": "it-tls-verified", "startingOffsets": "earliest"}.items():
+    for key, value in tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-verified",
+                                  startingOffsets="earliest").items():
         stream = stream.option(key, value)
     assert keys_of(collect_available_now(stream.load(), tmp_path / "checkpoint")) == KEYS
 
@@ -159,7 +161,7 @@ def test_tls_to_a_plain_port_fails_fast(spark: Any, tls: TlsCluster, overhead: O
     options = {**tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-to-plain"),
                "nameServer": tls.plain_namesrv_addr}
     extra_s, error = fail_query("stream", spark, options, tmp_path, overhead, "TLS to a plain name server")
-    assert f"TLS handshake with {tls.plain_namesrv_addr} failed" in error, error
+    assert f"TLS handshake with {tls.plain_namesrv_addr} failed (the server closed the connection" in error, error
     assert "may not accept TLS on this port" in error and "leave tls unset" in error
     assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
 

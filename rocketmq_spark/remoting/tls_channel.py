@@ -40,7 +40,7 @@ class TlsChannel:
             except ssl.SSLWantReadError:
                 self._flush(wait=True)
                 if not self._fill():
-                    raise ssl.SSLEOFError("the server closed the connection during the TLS handshake") from None
+                    raise ConnectionResetError("the server closed the connection during the TLS handshake") from None
         self._flush(wait=True)
 
     def version(self) -> str | None:
