@@ -9,6 +9,7 @@ ends exactly the processes that ``start`` recorded, by pid. The release is 5.3.3
 Usage::
 
     python -m integration.cluster start [--version 4.9.7|5.3.3|5.5.0] [--brokers 2] [--proxy] ...
+    python -m integration.cluster start --tls enforcing   # TLS only, with a test CA of the run's own
     python -m integration.cluster status
     python -m integration.cluster stop
     python -m integration.cluster tool produce --topic T --count 10   # the Java test tool
@@ -38,6 +39,9 @@ from integration.cluster_config import (
 )
 from integration.processes import (
     READY_TIMEOUT_S, ProcessError, Server, java_command, port_open, spawn, terminate, wait_ready,
+)
+from integration.tls_setup import (
+    CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_server_certificates, server_properties,
 )
 from integration.versions import DEFAULT_VERSION, JDK17_FLAGS, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
 
@@ -94,13 +98,18 @@ class Cluster:
     def version(self) -> str:
         return self.config.version
 
+    @property
+    def ca_cert(self) -> Path:
+        """The PEM certificate of the CA that signs the servers' certificates (with ``tls``)."""
+        return self.config.workdir / TLS_DIR / CA_CERT
+
     def start(self, keep_data: bool = False) -> Cluster:
         """Start every server and wait until each is ready; on failure stop what was started."""
         cfg = self.config
         if self.state_file.exists():
             raise ClusterError(f"a cluster is already recorded in {self.state_file}; stop it first")
-        if cfg.brokers not in (1, 2):
-            raise ClusterError("brokers must be 1 or 2")
+        if cfg.brokers not in (0, 1, 2):
+            raise ClusterError("brokers must be 0 (a name server alone), 1 or 2")
         if cfg.proxy and not cfg.release.has_proxy:
             raise ClusterError(f"RocketMQ {cfg.version} has no proxy; start it without one")
         busy = [p for p in self.all_ports() if port_open(p)]
@@ -109,13 +118,15 @@ class Cluster:
                                "or choose other ports")
         _built(cfg.version)
         if not keep_data:
-            for sub in ("store", "home", "logs", "conf"):
+            for sub in ("store", "home", "logs", "conf", TLS_DIR):
                 shutil.rmtree(cfg.workdir / sub, ignore_errors=True)
         for sub in ("logs", "conf"):
             (cfg.workdir / sub).mkdir(parents=True, exist_ok=True)
         if cfg.acl and cfg.release.acl is AclStyle.PLAIN:
             write_plain_acl(cfg.workdir)
         try:
+            if cfg.tls_clients:
+                make_server_certificates(cfg.workdir)
             deadline = time.monotonic() + READY_TIMEOUT_S
             namesrv = self._spawn("namesrv", "namesrv", NAMESRV_MAIN, NAMESRV_HEAP, self._namesrv_args(),
                                   [cfg.namesrv_port], [NAMESRV_READY])
@@ -124,14 +135,15 @@ class Cluster:
             deadline = time.monotonic() + READY_TIMEOUT_S
             for broker in brokers:
                 wait_ready(broker, deadline)
-            self._wait_registered(deadline)
+            if brokers:
+                self._wait_registered(deadline)
             if cfg.proxy and cfg.proxy_mode == PROXY_MODE_CLUSTER:
                 # Started last: a cluster-mode proxy routes through the name server at once.
                 args = ["-pm", PROXY_MODE_CLUSTER, "-n", cfg.namesrv_addr, "-pc", str(self._write_proxy_conf())]
                 proxy = self._spawn("proxy", "proxy", PROXY_MAIN, PROXY_HEAP, args,
                                     [cfg.proxy_remoting_port, cfg.proxy_grpc_port], [PROXY_READY])
                 wait_ready(proxy, time.monotonic() + READY_TIMEOUT_S)
-        except ProcessError as err:
+        except (ProcessError, CertificateToolError) as err:
             self.stop()
             raise ClusterError(str(err)) from err
         except BaseException:
@@ -147,6 +159,8 @@ class Cluster:
         home.mkdir(parents=True, exist_ok=True)
         classpath = server_classpath(cfg.version)
         props = logging_props(cfg.release, cfg.workdir, classpath, role, home)
+        if cfg.tls is not None:
+            props.update(server_properties(cfg.workdir, cfg.tls))
         cmd = java_command(main, classpath, heap, cfg.release.jvm_flags, props, args)
         server = spawn(cfg.workdir, role, name, cmd, ports, ready)
         self._record(server)
@@ -245,7 +259,7 @@ class Cluster:
     def tool(self, command: str, *args: str, check: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
         """Run the Java test tool against this cluster; return its JSON lines."""
         return run_tool(self.namesrv_addr, command, *args, workdir=self.config.workdir, check=check,
-                        timeout=timeout)
+                        timeout=timeout, tls=self.config.tls_clients)
 
     def mqadmin(self, *args: str, check: bool = True) -> str:
         """Run the release's own mqadmin against this cluster; return its stdout."""
@@ -254,7 +268,7 @@ class Cluster:
         home.mkdir(parents=True, exist_ok=True)
         classpath = server_classpath(cfg.version)
         props = {**logging_props(cfg.release, cfg.workdir, classpath, "tools", home),
-                 "rocketmq.client.logLevel": "WARN"}
+                 "rocketmq.client.logLevel": "WARN", **(client_properties() if cfg.tls_clients else {})}
         cmd = java_command(MQADMIN_MAIN, classpath, TOOL_HEAP, cfg.release.jvm_flags, props,
                            [*args, "-n", self.namesrv_addr])
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -272,28 +286,31 @@ def _built(version: str) -> None:
         raise ClusterError(str(err)) from err
 
 
-def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR) -> list[str]:
-    """The command line of the Java test tool (for a tool that runs alongside a test)."""
+def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
+                 tls: bool = False) -> list[str]:
+    """The command line of the Java test tool (for a tool that runs alongside a test); ``tls``: it
+    connects with TLS, trusting any certificate."""
     home = workdir / "home" / "tool"
     home.mkdir(parents=True, exist_ok=True)
     classpath = tool_classpath()
     try:
         logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
         return java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
-                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback)},
+                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback),
+                             **(client_properties() if tls else {})},
                             [command, "--ns", namesrv_addr, *args])
     except (BuildError, ProcessError) as err:
         raise ClusterError(str(err)) from err
 
 
 def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-             check: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+             check: bool = True, timeout: float | None = None, tls: bool = False) -> list[dict[str, Any]]:
     """Run the Java test tool against any name server; return its JSON lines.
 
     The tool is the same whatever release the brokers run: the official 5.x client, which
-    speaks to 4.9 brokers as well.
+    speaks to 4.9 brokers as well. ``tls``: it connects with TLS, trusting any certificate.
     """
-    cmd = tool_command(namesrv_addr, command, *args, workdir=workdir)
+    cmd = tool_command(namesrv_addr, command, *args, workdir=workdir, tls=tls)
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
     if check and result.returncode != 0:
         raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
@@ -324,7 +341,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start name server, brokers and optionally the proxy")
     _version_option(start)
-    start.add_argument("--brokers", type=int, default=2, choices=(1, 2))
+    start.add_argument("--brokers", type=int, default=2, choices=(0, 1, 2), help="0: a name server alone")
     start.add_argument("--proxy", action="store_true", help="start the 5.x proxy (remoting and gRPC ports)")
     start.add_argument("--proxy-mode", choices=(PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL), default=PROXY_MODE_CLUSTER,
                        help="cluster: its own JVM in front of the brokers; local: embeds broker-a (serves no pulls)")
@@ -339,6 +356,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--max-transfer-count", type=int, default=None,
                        help="maxTransferCountOnMessageInMemory")
     start.add_argument("--keep-data", action="store_true", help="keep the stores of an earlier run")
+    start.add_argument("--tls", choices=TLS_MODES, default=None,
+                       help="tls.server.mode of every server; enforcing and permissive serve a certificate of "
+                            "a CA made for the run (<workdir>/tls/ca.pem); default: RocketMQ's own")
     sub.add_parser("stop", help="stop the recorded cluster")
     sub.add_parser("status", help="print the recorded servers")
     build = sub.add_parser("build", help="build the tool jar and the release's classpath")
@@ -370,13 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             broker_ports=tuple(int(p) for p in opts.broker_ports.split(",")),
             proxy_remoting_port=opts.proxy_remoting_port, proxy_grpc_port=opts.proxy_grpc_port,
             property_filter=opts.property_filter, acl=opts.acl, short_retention=opts.short_retention,
-            max_transfer_count_in_memory=opts.max_transfer_count,
+            max_transfer_count_in_memory=opts.max_transfer_count, tls=opts.tls,
         )
         if opts.version:
             config.version = opts.version
         cluster = Cluster(config).start(keep_data=opts.keep_data)
-        print(json.dumps({"version": cluster.version, "namesrv": cluster.namesrv_addr, "servers": cluster.status()},
-                         indent=2))
+        ca_cert = {"caCert": str(cluster.ca_cert)} if config.tls_clients else {}
+        print(json.dumps({"version": cluster.version, "namesrv": cluster.namesrv_addr, **ca_cert,
+                          "servers": cluster.status()}, indent=2))
         return 0
     if opts.command == "stop":
         if not (opts.workdir / STATE_FILE_NAME).exists():

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from integration.build import jars
+from integration.tls_setup import TLS_DISABLED
+from integration.tls_setup import proxy_settings as tls_proxy_settings
 from integration.versions import AclStyle, LogbackStyle, Release, release, selected_version
 
 DEFAULT_WORKDIR = Path(__file__).resolve().parent / "work"
@@ -58,7 +60,7 @@ class ClusterConfig:
     workdir: Path = DEFAULT_WORKDIR
     # The RocketMQ release (see integration/versions.py); ROCKETMQ_VERSION sets the default.
     version: str = field(default_factory=selected_version)
-    brokers: int = 2
+    brokers: int = 2  # 0: a name server alone
     proxy: bool = False
     # "cluster": the proxy is its own JVM forwarding to the brokers (pull and offsets work);
     # "local": it embeds broker-a, but then answers PULL_MESSAGE with "request is not
@@ -73,6 +75,10 @@ class ClusterConfig:
     short_retention: bool = False
     max_transfer_count_in_memory: int | None = None
     extra_broker_settings: dict[str, str] = field(default_factory=dict)
+    # TLS of every server (integration/tls_setup.py): None leaves RocketMQ's default (permissive,
+    # with a self-signed certificate made by each server); "enforcing" or "permissive" serve a
+    # certificate of a CA made for the run; "disabled" serves plain connections only.
+    tls: str | None = None
 
     @property
     def release(self) -> Release:
@@ -89,6 +95,10 @@ class ClusterConfig:
     def broker_addr(self, index: int) -> str:
         return f"{LOOPBACK}:{self.broker_ports[index]}"
 
+    @property
+    def tls_clients(self) -> bool:
+        """Whether the Java clients (mqadmin, the test tool) connect with TLS."""
+        return self.tls is not None and self.tls != TLS_DISABLED
 
 
 def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
@@ -169,7 +179,7 @@ def write_plain_acl(workdir: Path) -> Path:
 
 
 def proxy_settings(config: ClusterConfig) -> dict[str, Any]:
-    return {
+    settings: dict[str, Any] = {
         "rocketMQClusterName": CLUSTER_NAME,
         "namesrvAddr": config.namesrv_addr,
         "proxyMode": config.proxy_mode,
@@ -177,6 +187,9 @@ def proxy_settings(config: ClusterConfig) -> dict[str, Any]:
         "grpcServerPort": config.proxy_grpc_port,
         "remotingAccessAddr": LOOPBACK,
     }
+    if config.tls_clients:
+        settings.update(tls_proxy_settings(config.workdir))
+    return settings
 
 
 def write_properties(path: Path, settings: dict[str, str]) -> None:

@@ -29,8 +29,8 @@ PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 CONNECTIONS_HEADER = "#ClientId"
 # How long a push consumer may take to start and register with the brokers on a loaded machine.
 PUSH_START_TIMEOUT_S = 120
-# Loaded by every Python process of a Spark run in a process of its own (driver, Spark's
-# workers): the source logs at DEBUG to a file the test reads.
+# Loaded by every Python process of a Spark application run with ``logging_env`` (driver, Spark's
+# workers): the source logs at DEBUG to a file the test reads, so nothing it logs escapes it.
 SITE_CUSTOMIZE = """
 import logging
 handler = logging.FileHandler({path!r})
@@ -50,6 +50,8 @@ class ClusterHandle:
         self.proxy_addr = proxy_addr
         self.cluster = cluster
         self.version = version
+        # The Java tool connects with TLS where the servers ask for it.
+        self.tls = cluster is not None and cluster.config.tls_clients
 
     @property
     def major(self) -> int:
@@ -58,7 +60,7 @@ class ClusterHandle:
 
     def tool(self, command: str, *args: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""
-        return run_tool(self.namesrv_addr, command, *args, **kwargs)
+        return run_tool(self.namesrv_addr, command, *args, tls=self.tls, **kwargs)
 
     def mqadmin(self, *args: str) -> str:
         if self.cluster is None:
@@ -211,6 +213,20 @@ def fail_batch(spark: Any, options: dict[str, str], schema: str | None = None) -
     raise AssertionError("the batch read did not fail")
 
 
+def fail_query(kind: str, spark: Any, options: dict[str, str], checkpoint: Path, overhead: Overhead,
+               label: str) -> tuple[float, str]:
+    """Start a ``stream`` or plan a ``batch`` read that fails; print how long that took, and
+    return how much longer than Spark alone, and the error."""
+    if kind == "stream":
+        elapsed, error = fail_stream(spark, options, checkpoint)
+        spark_s = overhead.stream_s
+    else:
+        elapsed, error = fail_batch(spark, options)
+        spark_s = overhead.batch_s
+    print(f"{kind}, {label}: failed after {elapsed:.1f} s, {elapsed - spark_s:.1f} s more than Spark alone")
+    return elapsed - spark_s, error
+
+
 def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
     """The first offset read from each queue."""
     firsts: dict[tuple[str, int], int] = {}
@@ -295,11 +311,7 @@ def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path,
                               *args: str) -> tuple[dict[str, Any], str]:
     """Run ``integration/sparkjobs.py <job> --classic`` in a process of its own whose Python
     processes all log the source's lines to a file; its result line and that log."""
-    site = workdir / "site"
-    site.mkdir(parents=True, exist_ok=True)
-    log = workdir / "source.log"
-    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(log)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env, log = logging_env(workdir)
     flags = [part for key, value in options.items() for part in ("-o", f"{key}={value}")]
     run = subprocess.run([sys.executable, "-m", "integration.sparkjobs", job, "--classic", *flags, *args],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)

@@ -43,12 +43,21 @@ class Credentials:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """How to reach the cluster. Hashable, so each process keeps one client per config."""
+    """How to reach the cluster. Hashable, so each process keeps one client per config.
+
+    With ``tls``, server certificates are verified unless ``tls_verify`` is false: against
+    ``tls_trust_pem`` (the PEM text of the CAs to trust) when set, else the system's CAs. The PEM
+    text, not a path, travels with the config, so executors need no file of their own;
+    ``tls_trust_path`` only says where it was read, for error messages.
+    """
 
     name_servers: tuple[str, ...]
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     credentials: Credentials | None = None
     tls: bool = False
+    tls_verify: bool = True
+    tls_trust_pem: str | None = field(default=None, repr=False)
+    tls_trust_path: str | None = None
 
     @property
     def connect_timeout(self) -> float:

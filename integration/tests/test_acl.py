@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import SITE_CUSTOMIZE, Overhead, fail_batch, fail_stream
+from integration.support import REPO, Overhead, fail_query, logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -56,7 +55,6 @@ AUTH_CREATE_USER = 3001
 PULL_TIMEOUT_MS = 3000
 # What a failing query may add to Spark's own time: three request timeouts.
 LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
-REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 900
 
 
@@ -200,28 +198,18 @@ def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overh
     options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
                "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
                "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
-    if kind == "stream":
-        elapsed, error = fail_stream(spark, options, tmp_path)
-        spark_s = overhead.stream_s
-    else:
-        elapsed, error = fail_batch(spark, options)
-        spark_s = overhead.batch_s
-    print(f"{kind}, wrong secret: failed after {elapsed:.1f} s, {elapsed - spark_s:.1f} s more than Spark alone")
+    extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "wrong secret")
     assert f"from {ACL_BROKER_ADDR}: {SIGNATURE_FAILED}" in error, error
     assert WRONG_SECRET.secret_key not in error
-    assert elapsed - spark_s < LIMIT_S, f"{elapsed:.1f} s"
+    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,
                                                          unique: Callable[[str], str], tmp_path: Path) -> None:
     """Plans, progress reports, errors and every log line of a whole Spark application that reads
     with the credentials, then with a wrong secret; see integration/credentials_run.py."""
-    site = tmp_path / "site"
-    site.mkdir()
-    source_log = tmp_path / "source.log"
-    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
+    env, source_log = logging_env(tmp_path)
     wrong_secret = f"sk-{uuid.uuid4().hex}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, "-m", "integration.credentials_run", "--name-server", acl.cluster.namesrv_addr,
          "--topic", acl.topic, "--group", unique("it-acl-spark"), "--access-key", spark_user.access_key,

@@ -4,7 +4,8 @@ names each address and what it answered; a running query still rides out a broke
 
 The name servers here are loopback ports of the test's own: a closed port (refused), a listener
 whose backlog is full (connects time out, as to a host that drops packets) and one that accepts
-and never answers. No RocketMQ is needed, so no cluster is started.
+and never answers. No RocketMQ is needed, so no cluster is started. TLS to a plain port and plain
+to a TLS-only port are in test_tls.py, next to the TLS-only cluster they need.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from rocketmq_spark.remoting.errors import (
 )
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
+from rocketmq_spark.remoting.tls import certificate_error, client_context
 
 __all__ = ["Boundary", "PendingPull", "PullResult", "PullStatus", "QueueOffsets", "RocketMQClient"]
 
@@ -74,15 +75,6 @@ class PendingPull:
         return read_pull(self._reply.result(), self._address)
 
 
-def _tls_context() -> ssl.SSLContext:
-    # RocketMQ brokers usually serve self-signed certificates, and the Java client trusts any
-    # certificate unless told otherwise (tls.test.mode.enable defaults to true); do the same.
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 class RocketMQClient:
     """A thread-safe client for name servers and brokers (or a 5.x proxy's remoting port)."""
 
@@ -90,7 +82,7 @@ class RocketMQClient:
         if not config.name_servers:
             raise ValueError("at least one name server address is needed")
         self.config = config
-        self._tls = _tls_context() if config.tls else None
+        self._tls = client_context(config)
         self._pool = ConnectionPool(self._connector(reader_thread=True))
         # Pulls go over connections of the calling thread that it reads itself: the answer to a
         # pull then reaches its thread without a hand-over from a reader thread. Held weakly here,
@@ -115,10 +107,18 @@ class RocketMQClient:
             pool.close()
 
     def _connector(self, *, reader_thread: bool) -> ConnectionFactory:
-        timeout = self.config.connect_timeout
-        tls = self._tls
-        return lambda address: Connection(address, connect_timeout=timeout, tls_context=tls,
-                                          reader_thread=reader_thread)
+        config, tls = self.config, self._tls
+
+        def connect(address: str) -> Connection:
+            try:
+                return Connection(address, connect_timeout=config.connect_timeout, tls_context=tls,
+                                  reader_thread=reader_thread)
+            except ConnectionFailedError as err:
+                if isinstance(err.__cause__, ssl.SSLCertVerificationError):
+                    raise certificate_error(address, err.__cause__, config) from err.__cause__
+                raise
+
+        return connect
 
     def _pull_pool(self) -> ConnectionPool:
         pool: ConnectionPool | None = getattr(self._pull_pools, "pool", None)

@@ -24,12 +24,19 @@ from collections.abc import Callable
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
 from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
+from rocketmq_spark.remoting.tls_channel import TlsChannel
 
 RECEIVE_CHUNK_BYTES = 1024 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 # Opaque ids are Java ints on the wire; wrap well before the signed 32-bit limit.
 _OPAQUE_LIMIT = 2**31 - 1
+# What a server that speaks only TLS does to a plain connection: it closes it unanswered.
+_PLAIN_REFUSED_HINT = ("; nothing was answered on it, as a server that accepts only TLS "
+                       "(tls.server.mode=enforcing) does to a plain connection: if so, set tls=true")
+# What a server without TLS does to a handshake: it closes the connection or answers in plain text.
+_TLS_REFUSED_HINT = ("the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): "
+                     "if so, leave tls unset")
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -90,14 +97,17 @@ class Connection:
         host, port = split_address(address)
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
-            if tls_context is not None:
-                sock = tls_context.wrap_socket(sock, server_hostname=host)
-        except (OSError, ssl.SSLError) as err:
+        except OSError as err:
             raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
-        sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        self._sock = sock
+        self._sock: socket.socket | TlsChannel = sock
+        if tls_context is not None:
+            self._sock = _handshake(sock, tls_context, address, host)
+        # The TLS version agreed on (e.g. TLSv1.3); None for a plain connection.
+        self.tls_version = self._sock.version() if isinstance(self._sock, TlsChannel) else None
+        self._heard = False  # whether the server has sent anything yet
+        self._sock.settimeout(None)
         self._frames = FrameReader(max_frame_length)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -180,7 +190,9 @@ class Connection:
                 self._sock.settimeout(timeout)
             received = self._sock.recv_into(buffer)
             if not received:
-                raise ConnectionFailedError(f"{self.address} closed the connection", self.address)
+                raise ConnectionFailedError(f"{self.address} closed the connection{self._unheard_hint()}",
+                                            self.address)
+            self._heard = True
             with memoryview(buffer) as view:
                 for command in self._frames.feed(view[:received]):
                     self._dispatch(command)
@@ -190,8 +202,13 @@ class Connection:
         except RocketMQError as err:
             self._fail(err)
         except OSError as err:
-            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}", self.address))
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}{self._unheard_hint()}",
+                                             self.address))
         return False
+
+    def _unheard_hint(self) -> str:
+        """Why a plain connection may have been closed before the server said anything."""
+        return _PLAIN_REFUSED_HINT if self.tls_version is None and not self._heard else ""
 
     def _dispatch(self, command: RemotingCommand) -> None:
         if not command.is_response:
@@ -215,6 +232,23 @@ class Connection:
         self._sock.close()
         for pending in waiting:
             pending.settle(None, error)
+
+
+def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
+    """The TLS handshake on a connected socket; the name checked is the host connected to.
+
+    A certificate that fails verification is raised as ``ssl.SSLCertVerificationError`` inside a
+    ConnectionFailedError (its ``__cause__``), for the client to explain with its trust settings.
+    """
+    try:
+        return TlsChannel(sock, context, host)
+    except ssl.SSLCertVerificationError as err:
+        sock.close()
+        raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
+    except OSError as err:  # ssl.SSLError included
+        sock.close()
+        raise ConnectionFailedError(f"TLS handshake with {address} failed ({err}): {_TLS_REFUSED_HINT}",
+                                    address) from err
 
 
 ConnectionFactory = Callable[[str], Connection]

@@ -31,6 +31,19 @@ class ConnectionFailedError(RocketMQError):
         self.address = address
 
 
+class CertificateError(ConnectionFailedError):
+    """A server's TLS certificate failed verification (unknown CA, wrong name, expired).
+
+    Not retriable: the server presents the same certificate to the next attempt.
+    """
+
+    retriable = False
+
+    def __init__(self, address: str, reason: str, fix: str) -> None:
+        super().__init__(f"TLS certificate of {address} rejected: {reason}. {fix}", address)
+        self.reason = reason
+
+
 class RequestTimeoutError(RocketMQError):
     """A request got no answer in time."""
 

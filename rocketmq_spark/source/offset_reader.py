@@ -30,7 +30,7 @@ from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConfigurationError, ProtocolError, RocketMQError, TopicNotFoundError,
 )
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
+from rocketmq_spark.source.options import STARTING_OFFSETS, TLS_TRUST_CERT_PATH, TLS_VERIFY, TOPIC, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ ROUTE_REFRESH_S = 10.0
 # Answers to GET_TOPIC_STATS_INFO that mean "ask queue by queue": a proxy does not serve it, and
 # an ACL may allow the per-queue requests only.
 _NO_TOPIC_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
+# Logged once per query, by the driver (each query opens one OffsetReader; executors open none).
+UNVERIFIED_TLS_WARNING = (f"{TLS_VERIFY}=false: server certificates are not verified, so any server at the "
+                          "name-server and broker addresses is trusted; use it for tests only, and give the "
+                          f"servers' CA in {TLS_TRUST_CERT_PATH} instead")
 
 
 @dataclass
@@ -59,6 +63,8 @@ class OffsetReader:
     def __init__(self, options: SourceOptions, client: RocketMQClient | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
+        if options.client.tls and not options.client.tls_verify:
+            log.warning(UNVERIFIED_TLS_WARNING)
         self.client = client or RocketMQClient(options.client)
         # The short policy until the query runs (see ``running``): a wrong address or port fails
         # its start in seconds.

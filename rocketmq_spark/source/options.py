@@ -18,6 +18,7 @@ from datetime import datetime
 from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
 
 # Option names exactly as documented; matching is case-insensitive.
@@ -47,6 +48,9 @@ ACCESS_KEY = "accessKey"
 SECRET_KEY = "secretKey"
 SECURITY_TOKEN = "securityToken"
 TLS = "tls"
+# Named where the TLS errors that tell users which of them to change are made.
+TLS_TRUST_CERT_PATH = TRUST_OPTION
+TLS_VERIFY = VERIFY_OPTION
 NAMESPACE = "namespace"
 
 ALL_OPTIONS = (
@@ -54,7 +58,8 @@ ALL_OPTIONS = (
     CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
     MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE,
-    PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, NAMESPACE,
+    PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
+    NAMESPACE,
 )
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself may add to a source's map.
@@ -272,6 +277,34 @@ def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tup
     return offsets
 
 
+def _client_config(reader: _Reader, name_servers: tuple[str, ...]) -> ClientConfig:
+    """How the client reaches the cluster: timeout, credentials and TLS."""
+    access_key, secret_key = reader.get(ACCESS_KEY), reader.get(SECRET_KEY)
+    if (access_key is None) != (secret_key is None):
+        missing = SECRET_KEY if secret_key is None else ACCESS_KEY
+        raise ConfigurationError(missing, "is required with the other ACL credential",
+                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
+    credentials = None
+    if access_key is not None and secret_key is not None:
+        credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
+    pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS) or DEFAULT_PULL_TIMEOUT_MS
+    tls, verify, path = reader.boolean(TLS, False), reader.boolean(TLS_VERIFY, True), reader.get(TLS_TRUST_CERT_PATH)
+    # Without tls=true the connections are plain, whatever these ask for: say so, not ignore them.
+    for name, given in ((TLS_TRUST_CERT_PATH, path is not None), (TLS_VERIFY, not verify)):
+        if given and not tls:
+            raise ConfigurationError(name, "applies only to TLS connections", f"Set {TLS}=true, or remove {name}")
+    if path is not None and not verify:
+        raise ConfigurationError(TLS_TRUST_CERT_PATH, f"is unused with {TLS_VERIFY}=false, which trusts any "
+                                 "certificate", f"Remove one of the two ({TLS_VERIFY}=false is for tests only)")
+    try:  # read here, on the driver: the text travels with the options, so executors need no file
+        pem = None if path is None else read_trust_bundle(path)
+    except ValueError as err:
+        raise ConfigurationError(TLS_TRUST_CERT_PATH, str(err), "Give the path, on the Spark driver, of a PEM "
+                                 "file of the CA certificates that sign the servers' certificates") from err
+    return ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
+                        credentials=credentials, tls=tls, tls_verify=verify, tls_trust_pem=pem, tls_trust_path=path)
+
+
 def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
     """Parse and check the options of a stream (``streaming``) or a batch read.
 
@@ -350,23 +383,13 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{min_per_trigger} exceeds "
                                  f"{MAX_MESSAGES_PER_TRIGGER}={max_per_trigger}", "Make it at most that")
 
-    access_key = reader.get(ACCESS_KEY)
-    secret_key = reader.get(SECRET_KEY)
-    if (access_key is None) != (secret_key is None):
-        missing = SECRET_KEY if secret_key is None else ACCESS_KEY
-        raise ConfigurationError(missing, "is required with the other ACL credential",
-                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
-    credentials = None
-    if access_key is not None and secret_key is not None:
-        credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
-    pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS)
+    client = _client_config(reader, name_servers)
     retry_budget_ms = reader.positive_int(RETRY_BUDGET_MS, DEFAULT_RETRY_BUDGET_MS, zero_ok=True)
-    assert pull_timeout_ms is not None and retry_budget_ms is not None
+    assert retry_budget_ms is not None
     retry = Retry(budget_s=retry_budget_ms / MS_PER_SECOND)
 
     return SourceOptions(
-        client=ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
-                            credentials=credentials, tls=reader.boolean(TLS, False)),
+        client=client,
         topics=topics,
         consumer_group=group,
         sub_expression=sub_expression,
@@ -389,5 +412,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
         namespace=namespace,
         retry=retry,
-        start_retry=retry.within(pull_timeout_ms / MS_PER_SECOND),
+        start_retry=retry.within(client.request_timeout),
     )
