@@ -318,3 +318,14 @@ def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path,
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     assert run.returncode == 0 and lines, run.stderr[-5000:]
     return json.loads(lines[-1]), log.read_text() if log.exists() else ""
+
+
+def logging_env(directory: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a Spark application whose every Python process logs the source's lines
+    to a file, and that file (each line: pid, logger, level, message)."""
+    site = directory / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    source_log = directory / "source.log"
+    (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
+    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}, source_log
