@@ -29,17 +29,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from integration.build import BuildError, ensure_built, server_classpath, tool_classpath
+from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
-    ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
+    ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
     LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, jar_logback_config,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
+from integration.javatool import TOOL_HEAP, run_tool
 from integration.processes import (
-    READY_TIMEOUT_S, ProcessError, Server, java_command, port_open, spawn, terminate, wait_ready,
+    READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, spawn, terminate, wait_ready,
 )
-from integration.versions import DEFAULT_VERSION, JDK17_FLAGS, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
+from integration.versions import DEFAULT_VERSION, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
 
 __all__ = [
     "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
@@ -54,9 +55,6 @@ NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
-TOOL_MAIN = "io.rocketmqspark.it.Tool"
-# The tool runs on the official 5.x client, whatever release the brokers run.
-TOOL_LOGBACK_DIR = "tool"
 
 NAMESRV_READY = "The Name Server boot success"
 BROKER_READY = "boot success"
@@ -65,14 +63,9 @@ PROXY_READY = "rocketmq-proxy startup successfully"
 NAMESRV_HEAP = ("-Xms128m", "-Xmx256m")
 BROKER_HEAP = ("-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=1g")
 PROXY_HEAP = ("-Xms256m", "-Xmx512m")
-TOOL_HEAP = ("-Xms64m", "-Xmx512m")
 POLL_S = 0.2
 OUTPUT_TAIL = 3000
 MQADMIN_FAILED = "SubCommandException"
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not be built, started, stopped or used."""
 
 
 class Cluster:
@@ -117,9 +110,8 @@ class Cluster:
             write_plain_acl(cfg.workdir)
         try:
             deadline = time.monotonic() + READY_TIMEOUT_S
-            namesrv = self._spawn("namesrv", "namesrv", NAMESRV_MAIN, NAMESRV_HEAP, self._namesrv_args(),
-                                  [cfg.namesrv_port], [NAMESRV_READY])
-            wait_ready(namesrv, deadline)
+            for namesrv in [self._spawn_namesrv(i) for i in range(len(cfg.namesrv_ports))]:
+                wait_ready(namesrv, deadline)
             brokers = [self._spawn_broker(i) for i in range(cfg.brokers)]
             deadline = time.monotonic() + READY_TIMEOUT_S
             for broker in brokers:
@@ -152,10 +144,12 @@ class Cluster:
         self._record(server)
         return server
 
-    def _namesrv_args(self) -> list[str]:
-        conf = self.config.workdir / "conf" / "namesrv.conf"
-        write_properties(conf, {"listenPort": str(self.config.namesrv_port)})
-        return ["-c", str(conf)]
+    def _spawn_namesrv(self, index: int) -> Server:
+        name = namesrv_name(index)
+        port = self.config.namesrv_ports[index]
+        conf = self.config.workdir / "conf" / f"{name}.conf"
+        write_properties(conf, {"listenPort": str(port)})
+        return self._spawn("namesrv", name, NAMESRV_MAIN, NAMESRV_HEAP, ["-c", str(conf)], [port], [NAMESRV_READY])
 
     def _spawn_broker(self, index: int) -> Server:
         cfg = self.config
@@ -189,7 +183,7 @@ class Cluster:
 
     def all_ports(self) -> list[int]:
         cfg = self.config
-        ports = [cfg.namesrv_port]
+        ports = list(cfg.namesrv_ports)
         for port in cfg.broker_ports[: cfg.brokers]:
             ports += [port, port + FAST_CHANNEL_PORT_OFFSET, port + HA_PORT_OFFSET]
         if cfg.proxy:
@@ -233,8 +227,29 @@ class Cluster:
 
     def start_broker(self, name: str) -> None:
         """Start a stopped broker again on its old store and ports."""
-        index = BROKER_NAMES.index(name)
-        wait_ready(self._spawn_broker(index), time.monotonic() + READY_TIMEOUT_S)
+        self.restart(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one server, as a crash would: no shutdown hook runs, its store stays as it was."""
+        server = next((s for s in self.servers if s.name == name), None)
+        if server is None:
+            raise ClusterError(f"no running server named {name}")
+        kill(server)
+        self.servers.remove(server)
+        self._save()
+
+    def restart(self, name: str) -> None:
+        """Start a stopped or killed broker or name server again, on its old config, store and ports."""
+        if any(s.name == name for s in self.servers):
+            raise ClusterError(f"{name} is running; stop or kill it first")
+        namesrvs = [namesrv_name(i) for i in range(len(self.config.namesrv_ports))]
+        if name in namesrvs:
+            server = self._spawn_namesrv(namesrvs.index(name))
+        elif name in BROKER_NAMES[: self.config.brokers]:
+            server = self._spawn_broker(BROKER_NAMES.index(name))
+        else:
+            raise ClusterError(f"no server named {name} in this cluster")
+        wait_ready(server, time.monotonic() + READY_TIMEOUT_S)
 
     def status(self) -> list[dict[str, Any]]:
         return [{"role": s.role, "pid": s.pid, "ports": s.ports, "alive": s.alive(),
@@ -272,27 +287,9 @@ def _built(version: str) -> None:
         raise ClusterError(str(err)) from err
 
 
-def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-             check: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
-    """Run the Java test tool against any name server; return its JSON lines.
-
-    The tool is the same whatever release the brokers run: the official 5.x client, which
-    speaks to 4.9 brokers as well.
-    """
-    home = workdir / "home" / "tool"
-    home.mkdir(parents=True, exist_ok=True)
-    classpath = tool_classpath()
-    try:
-        logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
-        cmd = java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
-                           {"user.home": str(home), "rmq.logback.configurationFile": str(logback)},
-                           [command, "--ns", namesrv_addr, *args])
-    except (BuildError, ProcessError) as err:
-        raise ClusterError(str(err)) from err
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
-    if check and result.returncode != 0:
-        raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+def namesrv_name(index: int) -> str:
+    """The first name server is ``namesrv`` (its name before there could be more), then namesrv-2..."""
+    return "namesrv" if index == 0 else f"namesrv-{index + 1}"
 
 
 def _config_to_json(config: ClusterConfig) -> dict[str, Any]:
@@ -305,6 +302,7 @@ def _config_from_json(data: dict[str, Any]) -> ClusterConfig:
     data = dict(data)
     data["workdir"] = Path(data["workdir"])
     data["broker_ports"] = tuple(data["broker_ports"])
+    data["extra_namesrv_ports"] = tuple(data.get("extra_namesrv_ports", ()))
     # A cluster recorded before the version switch ran the default release.
     data.setdefault("version", DEFAULT_VERSION)
     return ClusterConfig(**data)
