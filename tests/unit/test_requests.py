@@ -48,6 +48,7 @@ class FakeBrokers:
         self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
         self.deleted: set[str] = set()  # topics whose config the brokers no longer hold
         self.rounds = 0  # call_many calls
+        self.connections: dict[str, int] = {}  # connections opened per address, as the pool counts them
 
     @staticmethod
     def address(broker: str) -> str:
@@ -65,6 +66,9 @@ class FakeBrokers:
     def live_brokers(self) -> frozenset[str]:
         self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
         return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
+
+    def connections_opened(self, address: str) -> int:
+        return self.connections.setdefault(address, 1)
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
@@ -182,6 +186,22 @@ def test_a_commit_is_one_round_of_requests() -> None:
     assert brokers.sent[before:] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
     assert brokers.rounds - rounds == 2  # the trigger's topic stats, then the commit
     assert brokers.stored == from_spark(later)
+
+
+def test_a_broker_reached_again_over_a_new_connection_has_all_its_offsets_stored_again() -> None:
+    brokers = FakeBrokers(4)
+    reader, end = started(brokers)
+    crashed = FakeBrokers.address("broker-2")
+    brokers.stored = {q: o for q, o in brokers.stored.items() if q.broker_name != "broker-2"}  # lost unflushed
+    brokers.connections[crashed] += 1  # the driver's connection broke and was opened again
+    before = len(brokers.sent)
+    reader.latestOffset(end, ReadAllAvailable())
+    stores = brokers.sent[before:].count(RequestCode.UPDATE_CONSUMER_OFFSET)
+    assert stores == len(TOPICS) * brokers.queues_per_broker  # that broker's queues, no other's
+    assert brokers.stored == from_spark(end)
+    before = len(brokers.sent)
+    reader.latestOffset(end, ReadAllAvailable())
+    assert RequestCode.UPDATE_CONSUMER_OFFSET not in brokers.sent[before:]  # once, not at every trigger
 
 
 def test_topic_stats_read_fastjson_object_keys() -> None:
