@@ -33,7 +33,7 @@ from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
     ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, jar_logback_config,
+    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
 from integration.javatool import TOOL_HEAP, run_tool
@@ -46,7 +46,7 @@ __all__ = [
     "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
     "DEFAULT_PROXY_GRPC_PORT", "DEFAULT_PROXY_REMOTING_PORT", "DEFAULT_VERSION", "DEFAULT_WORKDIR", "LOOPBACK",
     "PORT_OFFSET", "PROXY_MODE_CLUSTER", "PROXY_MODE_LOCAL", "RELEASES", "STATE_FILE_NAME", "VERSION_ENV", "Cluster",
-    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "run_tool", "shifted",
+    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "namesrv_name", "run_tool", "shifted",
 ]
 
 STATE_FILE_NAME = "cluster.json"

@@ -134,8 +134,9 @@ class Relay:
                 self._drop(pair)
         if mode is Mode.CUT:
             if self._server is not None:
+                # Closes the listening socket at once. Not wait_closed(): since Python 3.12 it also
+                # waits for the open connections, which a cut keeps open on purpose.
                 self._server.close()
-                await self._server.wait_closed()
                 self._server = None
         else:
             await self._listen()
