@@ -171,15 +171,19 @@ class Cluster:
         proxy_conf.write_text(json.dumps(proxy_settings(self.config), indent=2))
         return proxy_conf
 
-    def _wait_registered(self, deadline: float) -> None:
-        """Brokers are usable once the name server lists them; mqadmin asks it directly."""
+    def _wait_registered(self, deadline: float, ports: Sequence[int] | None = None) -> None:
+        """Brokers are usable once the name servers (all, or those on ``ports``) list them; mqadmin
+        asks each directly."""
         expected = set(BROKER_NAMES[: self.config.brokers])
-        while time.monotonic() < deadline:
-            out = self.mqadmin("clusterList", check=False)
-            if all(name in out for name in expected):
-                return
-            time.sleep(POLL_S)
-        raise ClusterError(f"brokers {sorted(expected)} never registered with the name server")
+        for port in self.config.namesrv_ports if ports is None else ports:
+            while True:
+                out = self.mqadmin("clusterList", check=False, namesrv=f"{LOOPBACK}:{port}")
+                if all(name in out for name in expected):
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"brokers {sorted(expected)} never registered with the name server "
+                                       f"on port {port}")
+                time.sleep(POLL_S)
 
     def all_ports(self) -> list[int]:
         cfg = self.config
@@ -243,13 +247,16 @@ class Cluster:
         if any(s.name == name for s in self.servers):
             raise ClusterError(f"{name} is running; stop or kill it first")
         namesrvs = [namesrv_name(i) for i in range(len(self.config.namesrv_ports))]
+        deadline = time.monotonic() + READY_TIMEOUT_S
         if name in namesrvs:
-            server = self._spawn_namesrv(namesrvs.index(name))
+            index = namesrvs.index(name)
+            wait_ready(self._spawn_namesrv(index), deadline)
+            # It knows no broker until each registers again (every registerNameServerPeriod).
+            self._wait_registered(deadline, [self.config.namesrv_ports[index]])
         elif name in BROKER_NAMES[: self.config.brokers]:
-            server = self._spawn_broker(BROKER_NAMES.index(name))
+            wait_ready(self._spawn_broker(BROKER_NAMES.index(name)), deadline)
         else:
             raise ClusterError(f"no server named {name} in this cluster")
-        wait_ready(server, time.monotonic() + READY_TIMEOUT_S)
 
     def status(self) -> list[dict[str, Any]]:
         return [{"role": s.role, "pid": s.pid, "ports": s.ports, "alive": s.alive(),
@@ -262,8 +269,9 @@ class Cluster:
         return run_tool(self.namesrv_addr, command, *args, workdir=self.config.workdir, check=check,
                         timeout=timeout)
 
-    def mqadmin(self, *args: str, check: bool = True) -> str:
-        """Run the release's own mqadmin against this cluster; return its stdout."""
+    def mqadmin(self, *args: str, check: bool = True, namesrv: str | None = None) -> str:
+        """Run the release's own mqadmin against this cluster (or one of its name servers); return
+        its stdout."""
         cfg = self.config
         home = cfg.workdir / "home" / "mqadmin"
         home.mkdir(parents=True, exist_ok=True)
@@ -271,7 +279,7 @@ class Cluster:
         props = {**logging_props(cfg.release, cfg.workdir, classpath, "tools", home),
                  "rocketmq.client.logLevel": "WARN"}
         cmd = java_command(MQADMIN_MAIN, classpath, TOOL_HEAP, cfg.release.jvm_flags, props,
-                           [*args, "-n", self.namesrv_addr])
+                           [*args, "-n", namesrv or self.namesrv_addr])
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         # mqadmin exits 0 when a sub-command fails; only its stderr tells.
         if check and (result.returncode != 0 or MQADMIN_FAILED in result.stderr):
