@@ -260,8 +260,10 @@ def test_driver_killed_mid_batch(spark: Any, faulty: tuple[ClusterHandle, Relay]
     def fault(scenario: Scenario) -> float:
         batch = scenario.job.wait_mid_batch()
         scenario.job.kill()
+        killed = time.time()
         assert batch not in scenario.job.batches("commits"), "the kill should land before the batch commits"
-        return time.time()
+        scenario.revive()  # at once: the time to the next batch is then the new driver's start
+        return killed
 
     outcome = run_scenario(Scenario(faulty[0], tmp_path, unique), spark, fault)
     assert len(outcome.restarts) == 1
