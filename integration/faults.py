@@ -27,6 +27,8 @@ from typing import Any, TextIO
 
 from integration.cluster_config import BROKER_NAMES, LOOPBACK, ClusterConfig, shifted
 from integration.javatool import json_lines, tool_command
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting.client import RocketMQClient
 
 NAMESRV_PORTS = (shifted(33876), shifted(33886))
 BROKER_PORTS = (shifted(34911), shifted(34921))
@@ -45,6 +47,7 @@ PRODUCER_TIMEOUT_S = 180.0
 POLL_S = 0.2
 KILL_WAIT_S = 30.0
 LOG_TAIL_CHARS = 4000
+STORED_TIMEOUT_S = 120.0
 
 
 def fault_cluster(workdir: Path) -> ClusterConfig:
@@ -190,6 +193,20 @@ class StreamJob:
         if self.alive():
             self.kill()
         self._log.close()
+
+
+def wait_stored_at_end(config: ClusterConfig, topic: str, broker: str, queues: int, group: str,
+                       timeout_s: float = STORED_TIMEOUT_S) -> None:
+    """Until the group's stored offset of every queue of the broker is the queue's max offset, as
+    the broker answers QUERY_CONSUMER_OFFSET: the stream has read and stored all of it just now."""
+    address = f"{LOOPBACK}:{config.broker_ports[BROKER_NAMES.index(broker)]}"
+    wanted = [MessageQueue(topic, broker, queue_id) for queue_id in range(queues)]
+    deadline = time.monotonic() + timeout_s
+    with RocketMQClient(ClientConfig((config.namesrv_addr,))) as client:
+        while any(client.query_consumer_offset(address, q, group) != client.max_offset(address, q) for q in wanted):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the stream did not store the end of {broker}'s queues in {timeout_s:.0f}s")
+            time.sleep(POLL_S / 2)
 
 
 # ------------------------------------------------------------------ the check

@@ -30,7 +30,7 @@ from integration.cluster import Cluster, namesrv_name
 from integration.cluster_config import BROKER_NAMES, LOOPBACK
 from integration.faults import (
     BROKER_PORTS, RELAY_HOST, RELAYED_BROKER, Outcome, Producer, StreamJob, check_exactly_once, fault_cluster, gaps,
-    namesrv_of, sink_rows,
+    namesrv_of, sink_rows, wait_stored_at_end,
 )
 from integration.relay import Mode, Relay
 from integration.javatool import run_tool
@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 QUEUES_PER_BROKER = 4
 BEFORE, DURING, AFTER = 6_000, 8_000, 6_000
+# Sent to the broker about to be killed, in the broker test, out of DURING's share.
+LAST_WORDS = 80
 PRODUCE_BATCH = "50"
 DURING_RATE = "1000"  # messages per second while the fault lands: about 8 s of sending
 MAX_PER_TRIGGER = "2000"
@@ -159,7 +161,7 @@ class Scenario:
 
 
 def run_scenario(scenario: Scenario, spark: Any, fault: Callable[[Scenario], float],
-                 during: Sequence[str] = (), after: Sequence[str] = ()) -> Outcome:
+                 during: Sequence[str] = (), after: Sequence[str] = (), during_count: int = DURING) -> Outcome:
     """Send, stream, fault (which returns when it ended, epoch s), recover, catch up, finish, check.
 
     ``during`` and ``after`` are the producer's extra arguments while the fault lands and after it.
@@ -167,7 +169,7 @@ def run_scenario(scenario: Scenario, spark: Any, fault: Callable[[Scenario], flo
     try:
         scenario.sent(scenario.send(BEFORE, "before", "--batch", PRODUCE_BATCH))
         scenario.job.wait_commits(WARM_BATCHES)
-        producer = scenario.send(DURING, "during", "--rate", DURING_RATE, *during)
+        producer = scenario.send(during_count, "during", "--rate", DURING_RATE, *during)
         producer.wait_sending()
         time.sleep(FAULT_AFTER_S)
         ended = fault(scenario)
@@ -209,10 +211,11 @@ def test_broker_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Re
     cluster = cluster_of(faulty)
 
     def fault(scenario: Scenario) -> float:
-        # Killed just after a batch was planned, which stored offsets the broker has likely not
-        # written to disk yet; its queues get no message afterwards, so only storing them again
-        # after it is back puts their stored offsets right (wait_caught_up checks).
-        scenario.job.wait_mid_batch()
+        # Killed as soon as the stream has stored the end of its queues, which the broker writes to
+        # disk only every 5 s; its queues get no message afterwards, so only storing them again
+        # once it is back puts their stored offsets right (wait_caught_up checks).
+        scenario.sent(scenario.send(LAST_WORDS, "last", "--broker", DIRECT_BROKER))
+        wait_stored_at_end(cluster.config, scenario.topic, DIRECT_BROKER, QUEUES_PER_BROKER, scenario.group)
         cluster.kill(DIRECT_BROKER)
         time.sleep(BROKER_DOWN_S)
         cluster.restart(DIRECT_BROKER)  # on the same store, as the crash left it
@@ -220,7 +223,8 @@ def test_broker_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Re
 
     with running_afterwards(cluster, DIRECT_BROKER):
         outcome = run_scenario(Scenario(faulty[0], tmp_path, unique), spark, fault,
-                               during=("--broker", RELAYED_BROKER), after=("--broker", RELAYED_BROKER))
+                               during=("--broker", RELAYED_BROKER), after=("--broker", RELAYED_BROKER),
+                               during_count=DURING - LAST_WORDS)
     assert not outcome.restarts, "the query should ride out a broker restart within its retry budget"
 
 
