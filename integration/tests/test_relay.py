@@ -65,6 +65,15 @@ def _round_trip(sock: socket.socket, payload: bytes = b"ping") -> tuple[bytes, f
     return received, time.monotonic() - began
 
 
+def _unanswered(sock: socket.socket, payload: bytes) -> None:
+    """Send, and see nothing come back for a while; the socket then waits as long as usual again."""
+    sock.settimeout(STALL_PROBE_S)
+    sock.sendall(payload)
+    with pytest.raises(socket.timeout):
+        sock.recv(4096)
+    sock.settimeout(TIMEOUT_S)
+
+
 def test_pass_and_delay(relay: Relay) -> None:
     with _connect() as sock:
         assert _round_trip(sock)[0] == b"ping"
@@ -79,12 +88,8 @@ def test_pass_and_delay(relay: Relay) -> None:
 def test_stall_holds_bytes_until_it_ends(relay: Relay) -> None:
     with _connect() as sock:
         relay.set_mode(Mode.STALL)
-        sock.settimeout(STALL_PROBE_S)
-        sock.sendall(b"held")
-        with pytest.raises(socket.timeout):
-            sock.recv(4096)
+        _unanswered(sock, b"held")
         relay.set_mode(Mode.PASS)
-        sock.settimeout(TIMEOUT_S)
         assert sock.recv(4096) == b"held"
 
 
@@ -109,12 +114,8 @@ def test_cut_refuses_new_connections_and_silences_open_ones(relay: Relay) -> Non
         relay.set_mode(Mode.CUT)
         with pytest.raises(ConnectionRefusedError):
             _connect()
-        sock.settimeout(STALL_PROBE_S)
-        sock.sendall(b"lost")
-        with pytest.raises(socket.timeout):
-            sock.recv(4096)
+        _unanswered(sock, b"lost")
         relay.set_mode(Mode.PASS)
-        sock.settimeout(TIMEOUT_S)
         with pytest.raises(ConnectionResetError):
             sock.recv(4096)
     with _connect() as sock:
