@@ -30,26 +30,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from integration.build import BuildError, ensure_built, server_classpath, tool_classpath
+from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
-    ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
+    ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, jar_logback_config,
+    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
+from integration.javatool import TOOL_HEAP, run_tool, tool_command
 from integration.processes import (
-    READY_TIMEOUT_S, ProcessError, Server, java_command, port_open, spawn, terminate, wait_ready,
+    READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, spawn, terminate, wait_ready,
 )
 from integration.tls_setup import (
     CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_server_certificates, server_properties,
 )
-from integration.versions import DEFAULT_VERSION, JDK17_FLAGS, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
+from integration.versions import DEFAULT_VERSION, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
 
 __all__ = [
     "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
     "DEFAULT_PROXY_GRPC_PORT", "DEFAULT_PROXY_REMOTING_PORT", "DEFAULT_VERSION", "DEFAULT_WORKDIR", "LOOPBACK",
     "PORT_OFFSET", "PROXY_MODE_CLUSTER", "PROXY_MODE_LOCAL", "RELEASES", "STATE_FILE_NAME", "VERSION_ENV", "Cluster",
-    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "run_tool", "shifted", "tool_command",
+    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "namesrv_name", "run_tool", "shifted",
+    "tool_command",
 ]
 
 STATE_FILE_NAME = "cluster.json"
@@ -58,9 +60,6 @@ NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
-TOOL_MAIN = "io.rocketmqspark.it.Tool"
-# The tool runs on the official 5.x client, whatever release the brokers run.
-TOOL_LOGBACK_DIR = "tool"
 
 NAMESRV_READY = "The Name Server boot success"
 BROKER_READY = "boot success"
@@ -69,14 +68,9 @@ PROXY_READY = "rocketmq-proxy startup successfully"
 NAMESRV_HEAP = ("-Xms128m", "-Xmx256m")
 BROKER_HEAP = ("-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=1g")
 PROXY_HEAP = ("-Xms256m", "-Xmx512m")
-TOOL_HEAP = ("-Xms64m", "-Xmx512m")
 POLL_S = 0.2
 OUTPUT_TAIL = 3000
 MQADMIN_FAILED = "SubCommandException"
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not be built, started, stopped or used."""
 
 
 class Cluster:
@@ -128,9 +122,8 @@ class Cluster:
             if cfg.tls_clients:
                 make_server_certificates(cfg.workdir)
             deadline = time.monotonic() + READY_TIMEOUT_S
-            namesrv = self._spawn("namesrv", "namesrv", NAMESRV_MAIN, NAMESRV_HEAP, self._namesrv_args(),
-                                  [cfg.namesrv_port], [NAMESRV_READY])
-            wait_ready(namesrv, deadline)
+            for namesrv in [self._spawn_namesrv(i) for i in range(len(cfg.namesrv_ports))]:
+                wait_ready(namesrv, deadline)
             brokers = [self._spawn_broker(i) for i in range(cfg.brokers)]
             deadline = time.monotonic() + READY_TIMEOUT_S
             for broker in brokers:
@@ -166,10 +159,12 @@ class Cluster:
         self._record(server)
         return server
 
-    def _namesrv_args(self) -> list[str]:
-        conf = self.config.workdir / "conf" / "namesrv.conf"
-        write_properties(conf, {"listenPort": str(self.config.namesrv_port)})
-        return ["-c", str(conf)]
+    def _spawn_namesrv(self, index: int) -> Server:
+        name = namesrv_name(index)
+        port = self.config.namesrv_ports[index]
+        conf = self.config.workdir / "conf" / f"{name}.conf"
+        write_properties(conf, {"listenPort": str(port)})
+        return self._spawn("namesrv", name, NAMESRV_MAIN, NAMESRV_HEAP, ["-c", str(conf)], [port], [NAMESRV_READY])
 
     def _spawn_broker(self, index: int) -> Server:
         cfg = self.config
@@ -191,19 +186,23 @@ class Cluster:
         proxy_conf.write_text(json.dumps(proxy_settings(self.config), indent=2))
         return proxy_conf
 
-    def _wait_registered(self, deadline: float) -> None:
-        """Brokers are usable once the name server lists them; mqadmin asks it directly."""
+    def _wait_registered(self, deadline: float, ports: Sequence[int] | None = None) -> None:
+        """Brokers are usable once the name servers (all, or those on ``ports``) list them; mqadmin
+        asks each directly."""
         expected = set(BROKER_NAMES[: self.config.brokers])
-        while time.monotonic() < deadline:
-            out = self.mqadmin("clusterList", check=False)
-            if all(name in out for name in expected):
-                return
-            time.sleep(POLL_S)
-        raise ClusterError(f"brokers {sorted(expected)} never registered with the name server")
+        for port in self.config.namesrv_ports if ports is None else ports:
+            while True:
+                out = self.mqadmin("clusterList", check=False, namesrv=f"{LOOPBACK}:{port}")
+                if all(name in out for name in expected):
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"brokers {sorted(expected)} never registered with the name server "
+                                       f"on port {port}")
+                time.sleep(POLL_S)
 
     def all_ports(self) -> list[int]:
         cfg = self.config
-        ports = [cfg.namesrv_port]
+        ports = list(cfg.namesrv_ports)
         for port in cfg.broker_ports[: cfg.brokers]:
             ports += [port, port + FAST_CHANNEL_PORT_OFFSET, port + HA_PORT_OFFSET]
         if cfg.proxy:
@@ -247,8 +246,32 @@ class Cluster:
 
     def start_broker(self, name: str) -> None:
         """Start a stopped broker again on its old store and ports."""
-        index = BROKER_NAMES.index(name)
-        wait_ready(self._spawn_broker(index), time.monotonic() + READY_TIMEOUT_S)
+        self.restart(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one server, as a crash would: no shutdown hook runs, its store stays as it was."""
+        server = next((s for s in self.servers if s.name == name), None)
+        if server is None:
+            raise ClusterError(f"no running server named {name}")
+        kill(server)
+        self.servers.remove(server)
+        self._save()
+
+    def restart(self, name: str) -> None:
+        """Start a stopped or killed broker or name server again, on its old config, store and ports."""
+        if any(s.name == name for s in self.servers):
+            raise ClusterError(f"{name} is running; stop or kill it first")
+        namesrvs = [namesrv_name(i) for i in range(len(self.config.namesrv_ports))]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        if name in namesrvs:
+            index = namesrvs.index(name)
+            wait_ready(self._spawn_namesrv(index), deadline)
+            # It knows no broker until each registers again (every registerNameServerPeriod).
+            self._wait_registered(deadline, [self.config.namesrv_ports[index]])
+        elif name in BROKER_NAMES[: self.config.brokers]:
+            wait_ready(self._spawn_broker(BROKER_NAMES.index(name)), deadline)
+        else:
+            raise ClusterError(f"no server named {name} in this cluster")
 
     def status(self) -> list[dict[str, Any]]:
         return [{"role": s.role, "pid": s.pid, "ports": s.ports, "alive": s.alive(),
@@ -261,8 +284,9 @@ class Cluster:
         return run_tool(self.namesrv_addr, command, *args, workdir=self.config.workdir, check=check,
                         timeout=timeout, tls=self.config.tls_clients)
 
-    def mqadmin(self, *args: str, check: bool = True) -> str:
-        """Run the release's own mqadmin against this cluster; return its stdout."""
+    def mqadmin(self, *args: str, check: bool = True, namesrv: str | None = None) -> str:
+        """Run the release's own mqadmin against this cluster (or one of its name servers); return
+        its stdout."""
         cfg = self.config
         home = cfg.workdir / "home" / "mqadmin"
         home.mkdir(parents=True, exist_ok=True)
@@ -270,7 +294,7 @@ class Cluster:
         props = {**logging_props(cfg.release, cfg.workdir, classpath, "tools", home),
                  "rocketmq.client.logLevel": "WARN", **(client_properties() if cfg.tls_clients else {})}
         cmd = java_command(MQADMIN_MAIN, classpath, TOOL_HEAP, cfg.release.jvm_flags, props,
-                           [*args, "-n", self.namesrv_addr])
+                           [*args, "-n", namesrv or self.namesrv_addr])
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         # mqadmin exits 0 when a sub-command fails; only its stderr tells.
         if check and (result.returncode != 0 or MQADMIN_FAILED in result.stderr):
@@ -286,35 +310,9 @@ def _built(version: str) -> None:
         raise ClusterError(str(err)) from err
 
 
-def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-                 tls: bool = False) -> list[str]:
-    """The command line of the Java test tool (for a tool that runs alongside a test); ``tls``: it
-    connects with TLS, trusting any certificate."""
-    home = workdir / "home" / "tool"
-    home.mkdir(parents=True, exist_ok=True)
-    classpath = tool_classpath()
-    try:
-        logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
-        return java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
-                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback),
-                             **(client_properties() if tls else {})},
-                            [command, "--ns", namesrv_addr, *args])
-    except (BuildError, ProcessError) as err:
-        raise ClusterError(str(err)) from err
-
-
-def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-             check: bool = True, timeout: float | None = None, tls: bool = False) -> list[dict[str, Any]]:
-    """Run the Java test tool against any name server; return its JSON lines.
-
-    The tool is the same whatever release the brokers run: the official 5.x client, which
-    speaks to 4.9 brokers as well. ``tls``: it connects with TLS, trusting any certificate.
-    """
-    cmd = tool_command(namesrv_addr, command, *args, workdir=workdir, tls=tls)
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
-    if check and result.returncode != 0:
-        raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+def namesrv_name(index: int) -> str:
+    """The first name server is ``namesrv`` (its name before there could be more), then namesrv-2..."""
+    return "namesrv" if index == 0 else f"namesrv-{index + 1}"
 
 
 def _config_to_json(config: ClusterConfig) -> dict[str, Any]:
@@ -327,6 +325,7 @@ def _config_from_json(data: dict[str, Any]) -> ClusterConfig:
     data = dict(data)
     data["workdir"] = Path(data["workdir"])
     data["broker_ports"] = tuple(data["broker_ports"])
+    data["extra_namesrv_ports"] = tuple(data.get("extra_namesrv_ports", ()))
     # A cluster recorded before the version switch ran the default release.
     data.setdefault("version", DEFAULT_VERSION)
     return ClusterConfig(**data)

@@ -53,6 +53,10 @@ CONSUME_QUEUE_ENTRY_BYTES = 20
 CONSUME_QUEUE_FILE_ENTRIES = 30_000
 
 
+class ClusterError(RuntimeError):
+    """The cluster could not be built, started, stopped or used."""
+
+
 @dataclass
 class ClusterConfig:
     """What to start. Every switch a later test may need is a field here."""
@@ -67,6 +71,8 @@ class ClusterConfig:
     # implemented in LocalMessageService", so the connector's tests use cluster mode.
     proxy_mode: str = PROXY_MODE_CLUSTER
     namesrv_port: int = DEFAULT_NAMESRV_PORT
+    # More name servers, each a JVM of its own; every broker registers with all of them.
+    extra_namesrv_ports: tuple[int, ...] = ()
     broker_ports: tuple[int, ...] = DEFAULT_BROKER_PORTS
     proxy_remoting_port: int = DEFAULT_PROXY_REMOTING_PORT
     proxy_grpc_port: int = DEFAULT_PROXY_GRPC_PORT
@@ -79,14 +85,22 @@ class ClusterConfig:
     # with a self-signed certificate made by each server); "enforcing" or "permissive" serve a
     # certificate of a CA made for the run; "disabled" serves plain connections only.
     tls: str | None = None
+    # Settings of one broker only, by name, on top of everything else (e.g. the address it
+    # registers, to put a relay in front of it).
+    broker_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def release(self) -> Release:
         return release(self.version)
 
     @property
+    def namesrv_ports(self) -> tuple[int, ...]:
+        return (self.namesrv_port, *self.extra_namesrv_ports)
+
+    @property
     def namesrv_addr(self) -> str:
-        return f"{LOOPBACK}:{self.namesrv_port}"
+        """Every name server, as RocketMQ's clients and brokers take a list: ``a:p1;b:p2``."""
+        return ";".join(f"{LOOPBACK}:{port}" for port in self.namesrv_ports)
 
     @property
     def proxy_addr(self) -> str:
@@ -145,6 +159,7 @@ def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
     if config.acl:
         settings.update(_acl_settings(config, store))
     settings.update(config.extra_broker_settings)
+    settings.update(config.broker_overrides.get(name, {}))
     return settings
 
 

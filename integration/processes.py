@@ -38,6 +38,9 @@ class Server:
     ports: list[int]
     out_file: str
     ready_line: list[str]
+    # Where this run's console output starts in out_file: a restarted server appends to the file
+    # its earlier run wrote, ready lines included.
+    out_start: int = 0
 
     def alive(self) -> bool:
         return process_is(self.pid, self.out_file)
@@ -88,12 +91,14 @@ def spawn(workdir: Path, role: str, name: str, cmd: Sequence[str], ports: list[i
     """Start one server in its own session, its console appended to ``logs/<name>.out``."""
     out_file = workdir / "logs" / f"{name}.out"
     with open(out_file, "ab") as out:
+        out_start = out.tell()
         proc = subprocess.Popen(
             list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=str(workdir), start_new_session=True,
             env={**os.environ, "ROCKETMQ_HOME": str(workdir)},
         )
-    return Server(role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready)
+    return Server(role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready,
+                  out_start=out_start)
 
 
 def wait_ready(server: Server, deadline: float) -> None:
@@ -101,7 +106,9 @@ def wait_ready(server: Server, deadline: float) -> None:
     while time.monotonic() < deadline:
         if not server.alive():
             raise ProcessError(f"{server.role} (pid {server.pid}) exited during start-up:\n{tail(server.out_file)}")
-        text = Path(server.out_file).read_text(errors="replace")
+        with open(server.out_file, "rb") as out:
+            out.seek(server.out_start)
+            text = out.read().decode(errors="replace")
         if all(line in text for line in server.ready_line) and all(port_open(p) for p in server.ports):
             return
         time.sleep(POLL_S)
@@ -121,6 +128,18 @@ def terminate(servers: list[Server]) -> None:
         if server.alive():
             os.kill(server.pid, signal.SIGKILL)
         reap(server.pid)
+
+
+def kill(server: Server) -> None:
+    """SIGKILL a server, as a crash would, and wait until it is gone (its ports closed with it)."""
+    if server.alive():
+        os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    reap(server.pid)
+    if server.alive():
+        raise ProcessError(f"{server.role} (pid {server.pid}) still runs {STOP_TIMEOUT_S:.0f}s after SIGKILL")
 
 
 def reap(pid: int) -> None:

@@ -11,6 +11,8 @@ built wheel and its dependencies, so no checkout can stand in for the installed 
     python -I integration/sparkjobs.py stream --remote sc://127.0.0.1:17002 --sink DIR \\
         --checkpoint DIR -o nameServer=127.0.0.1:11876 -o topic=orders -o consumerGroup=g
     python -I integration/sparkjobs.py batch --classic -o nameServer=... -o topic=orders
+    python -I integration/sparkjobs.py follow --classic --master 'local[2,4]' --sink DIR \
+        --checkpoint DIR --stop-file FILE -o nameServer=... -o topic=orders -o consumerGroup=g
 
 Every job but ``serve`` prints one JSON line last: ``{"result": {...}}`` or, when Spark refused,
 ``{"error": {"type": ..., "message": ...}}``.
@@ -24,6 +26,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,9 @@ LOOPBACK = "127.0.0.1"
 SERVE_READY = "spark connect server ready"
 QUERY_TIMEOUT_S = 300
 SERVER_DRIVER_MEMORY = "1g"
+# What ``follow`` writes: enough to check each message arrived once, and where it came from.
+FOLLOW_COLUMNS = ("CAST(body AS STRING) AS body", "keys", "brokerName", "queueId", "queueOffset")
+FOLLOW_POLL_S = 0.5
 
 
 def serve(port: int) -> None:
@@ -66,7 +72,7 @@ def session(args: argparse.Namespace) -> Any:
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.remote(args.remote).getOrCreate()
-    return local_spark("rocketmq-spark-job")
+    return local_spark("rocketmq-spark-job", **({"spark.master": args.master} if args.master else {}))
 
 
 def reader(spark: Any, args: argparse.Namespace, streaming: bool) -> Any:
@@ -115,7 +121,34 @@ def where(spark: Any) -> dict[str, Any]:
             "package": spec.origin if spec is not None else None}
 
 
-JOBS = {"stream": stream, "batch": batch}
+def follow(args: argparse.Namespace) -> dict[str, Any]:
+    """A processing-time stream into parquet until the stop file appears, then an AvailableNow run
+    from the same checkpoint: it reads up to what the topic holds then and stores the final
+    offsets, which the processing-time query, stopped, leaves one batch behind."""
+    spark = session(args)
+
+    def start(**trigger: Any) -> Any:
+        return (reader(spark, args, streaming=True).selectExpr(*FOLLOW_COLUMNS).writeStream.format("parquet")
+                .option("path", args.sink).option("checkpointLocation", args.checkpoint)
+                .trigger(**trigger).start())
+
+    query = start(processingTime=args.interval)
+    while not Path(args.stop_file).exists():
+        # A failed query raises here (its error is the job's answer); one that ended otherwise was
+        # stopped by something other than this job.
+        if query.awaitTermination(FOLLOW_POLL_S):
+            raise RuntimeError("the query stopped before the stop file appeared")
+    query.stop()
+    drain = start(availableNow=True)
+    began = time.monotonic()
+    if not drain.awaitTermination(QUERY_TIMEOUT_S):
+        drain.stop()
+        raise TimeoutError(f"the AvailableNow run did not finish in {QUERY_TIMEOUT_S}s")
+    return {"drained_rows": sum(p.numInputRows for p in drain.recentProgress),
+            "drain_s": round(time.monotonic() - began, 1), **where(spark)}
+
+
+JOBS = {"stream": stream, "batch": batch, "follow": follow}
 
 
 def option(text: str) -> tuple[str, str]:
@@ -135,11 +168,15 @@ def parser() -> argparse.ArgumentParser:
         where_to.add_argument("--remote", help="a Spark Connect URL, sc://host:port")
         where_to.add_argument("--classic", action="store_true", help="a classic local session")
         p.add_argument("--register", action="store_true", help="spark.dataSource.register(RocketMQDataSource)")
+        p.add_argument("--master", help="a classic session's master, e.g. local[2,4] (4 attempts per task)")
         p.add_argument("-o", "--option", dest="options", type=option, action="append", default=[],
                        help="a source option, key=value")
-        if name == "stream":
+        if name in ("stream", "follow"):
             p.add_argument("--sink", required=True)
             p.add_argument("--checkpoint", required=True)
+        if name == "follow":
+            p.add_argument("--stop-file", required=True, help="stop following once this file exists")
+            p.add_argument("--interval", default="0 seconds", help="the processing-time trigger's interval")
     return top
 
 

@@ -99,6 +99,10 @@ class RocketMQClient:
         """Requests this client has sent so far: what benchmarks and tests count."""
         return self._requests_sent
 
+    def connections_opened(self, address: str) -> int:
+        """Connections opened to the address for requests other than pulls (see ConnectionPool.opened)."""
+        return self._pool.opened(address)
+
     def close(self) -> None:
         self._pool.close()
         with self._pull_pools_lock:

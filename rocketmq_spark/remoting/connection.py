@@ -283,6 +283,7 @@ class ConnectionPool:
         self._factory = factory
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
+        self._opened: dict[str, int] = {}
 
     def get(self, address: str) -> Connection:
         with self._lock:
@@ -296,9 +297,16 @@ class ConnectionPool:
                 winner = current
             else:
                 self._connections[address] = winner = fresh
+                self._opened[address] = self._opened.get(address, 0) + 1
         if winner is not fresh:
             fresh.close()
         return winner
+
+    def opened(self, address: str) -> int:
+        """How many connections to the address this pool has put in use: one more than the first
+        means the one before broke (the server restarted, or the network between failed)."""
+        with self._lock:
+            return self._opened.get(address, 0)
 
     def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send on the address's connection and wait for the response."""

@@ -74,6 +74,7 @@ class OffsetReader:
         self._routes_at: float | None = None
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
+        self._opened: dict[str, int] = {}  # connections opened per broker address, at the last look
 
     def close(self) -> None:
         self.client.close()
@@ -139,6 +140,21 @@ class OffsetReader:
         """Where the queues of the last routes are served (a broker each, or a proxy): safe to ask
         from another thread, as the routes are replaced whole, never changed in place."""
         return set(self._addresses.values())
+    def reconnected(self) -> frozenset[str]:
+        """Brokers this reader has reached over a new connection since it last asked (the first
+        connection does not count).
+
+        A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
+        its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval).
+        Its connection breaking is how the driver can tell, so the caller stores them again.
+        """
+        again = set()
+        for broker, address in {q.broker_name: a for q, a in self._addresses.items()}.items():
+            count = self.client.connections_opened(address)
+            if self._opened.setdefault(address, count) != count:
+                again.add(broker)
+                self._opened[address] = count
+        return frozenset(again)
 
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:

@@ -176,9 +176,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._store(from_spark(end))
 
     def _store(self, offsets: Mapping[MessageQueue, int]) -> None:
-        """Store what changed since the last store; a failure is retried at the next trigger."""
+        """Store what changed since the last store; a failure is retried at the next trigger.
+
+        Offsets of a broker reached over a new connection count as changed: if it restarted after
+        a crash it may have lost what was stored last, and a queue that sees no new message would
+        otherwise keep the older offset for as long as the query runs.
+        """
         if not self.options.commit_offsets:
             return
+        again = self.offsets.reconnected()
+        if again:
+            self._stored = {q: o for q, o in self._stored.items() if q.broker_name not in again}
         changed = {q: o for q, o in offsets.items() if self._stored.get(q) != o}
         if not changed:
             return

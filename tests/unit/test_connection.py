@@ -154,13 +154,17 @@ def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[
 
     server = serve(script)
     pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
+    assert pool.opened(server.address) == 0
     assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    assert pool.opened(server.address) == 1
     with pytest.raises(ConnectionFailedError):
         pool.request(server.address, request(action="close"), 5.0)
     assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
     assert pool.request(server.address, request(action="go-away"), 5.0).code == codes.ResponseCode.GO_AWAY
     assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
     assert server.accepted == 3  # first, after the close, after GO_AWAY
+    assert pool.opened(server.address) == 3  # what tells the driver that a broker may have restarted
     pool.close()
 
 

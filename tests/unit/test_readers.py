@@ -41,6 +41,7 @@ class FakeOffsets:
         self.times = dict(times or {})
         self.away: set[str] = set()
         self.commits: list[OffsetMap] = []
+        self.reconnects: set[str] = set()  # brokers reached over a new connection, until asked
         self.running_calls = 0  # times the reader was told the query runs (long retries from then)
         self.client = FakeMembers()  # the stream's consumer group, on the brokers
 
@@ -81,6 +82,10 @@ class FakeOffsets:
         self.stored.update(routable)
         self.commits.append(routable)
         return CommitResult(stored=routable)
+
+    def reconnected(self) -> frozenset[str]:
+        again, self.reconnects = frozenset(self.reconnects), set()
+        return again
 
     def running(self) -> None:
         self.running_calls += 1
@@ -152,6 +157,23 @@ def test_latest_offset_reads_everything_and_stores_the_batch_before() -> None:
     reader.commit(end)
     assert fake.stored == {A0: 10, B0: 6}
     assert fake.commits[-1] == {A0: 10}  # only what changed is stored again
+
+
+def test_a_broker_reached_over_a_new_connection_gets_every_offset_stored_again() -> None:
+    # A broker that crashed and restarted may have lost the offsets stored in its last seconds;
+    # a queue that sees no new message would keep the older one for as long as the query runs.
+    fake = FakeOffsets({A0: (0, 10), A1: (0, 4), B0: (0, 6)})
+    reader = stream(fake)
+    end = reader.latestOffset(spark({A0: 2, A1: 4, B0: 6}), ReadAllAvailable())
+    reader.commit(end)
+    assert fake.commits == [{A0: 2, A1: 4, B0: 6}, {A0: 10}]
+    fake.stored = {}  # broker-a came back without them, as did broker-b (not reconnected: not asked)
+    fake.reconnects.add("broker-a")
+    reader.latestOffset(end, ReadAllAvailable())
+    assert fake.commits[-1] == {A0: 10, A1: 4}
+    reader.latestOffset(end, ReadAllAvailable())
+    assert fake.commits[-1] == {A0: 10, A1: 4}  # nothing new since: no third commit
+    assert len(fake.commits) == 3
 
 
 def test_commit_offsets_false_stores_nothing() -> None:

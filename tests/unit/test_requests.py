@@ -52,6 +52,7 @@ class FakeBrokers:
         # Brokers that know the group; None = every broker does (offsets of any group are taken).
         self.group_known: set[str] | None = None
         self.members = FakeMembers()  # the stream's consumer group
+        self.connections: dict[str, int] = {}  # connections opened per address, as the pool counts them
 
     @staticmethod
     def address(broker: str) -> str:
@@ -69,6 +70,9 @@ class FakeBrokers:
     def live_brokers(self) -> frozenset[str]:
         self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
         return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
+
+    def connections_opened(self, address: str) -> int:
+        return self.connections.setdefault(address, 1)
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
@@ -211,6 +215,20 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
     assert brokers.stored == {q: 0 for q in brokers.max}
     reader.commit(end)
     assert brokers.stored == from_spark(end)
+def test_a_broker_reached_again_over_a_new_connection_has_all_its_offsets_stored_again() -> None:
+    brokers = FakeBrokers(4)
+    reader, end = started(brokers)
+    crashed = FakeBrokers.address("broker-2")
+    brokers.stored = {q: o for q, o in brokers.stored.items() if q.broker_name != "broker-2"}  # lost unflushed
+    brokers.connections[crashed] += 1  # the driver's connection broke and was opened again
+    before = len(brokers.sent)
+    reader.latestOffset(end, ReadAllAvailable())
+    stores = brokers.sent[before:].count(RequestCode.UPDATE_CONSUMER_OFFSET)
+    assert stores == len(TOPICS) * brokers.queues_per_broker  # that broker's queues, no other's
+    assert brokers.stored == from_spark(end)
+    before = len(brokers.sent)
+    reader.latestOffset(end, ReadAllAvailable())
+    assert RequestCode.UPDATE_CONSUMER_OFFSET not in brokers.sent[before:]  # once, not at every trigger
 
 
 def test_topic_stats_read_fastjson_object_keys() -> None:

@@ -92,9 +92,10 @@ public final class Tool {
             "  create-topic --topic T --queues N [--brokers broker-a,broker-b] [--attr +key=value]...",
             "  delete-topic --topic T",
             "  produce --topic T --count N [--body TEXT] [--body-size BYTES] [--random-body]",
-            "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B --queue Q]",
+            "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B [--queue Q]]",
             "          [--batch K] [--compress ZLIB|LZ4|ZSTD] [--rate PER_SEC] [--quiet] [--print-body]",
-            "          ({i} in --body, --keys and --prop values is replaced by the message index)",
+            "          ({i} in --body, --keys and --prop values is replaced by the message index;",
+            "           --broker alone: round robin over that broker's queues, no other broker)",
             "  offsets --topic T --group G",
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
@@ -353,6 +354,15 @@ public final class Tool {
             producer.setCompressType(CompressionType.valueOf(args.required("compress")));
         }
         producer.start();
+        // --broker without --queue: only that broker's queues, in turn, and no retry elsewhere, so
+        // a message is never sent twice to two brokers while another broker is being failed.
+        List<MessageQueue> brokerQueues = fixedQueue == null && args.has("broker")
+            ? producer.fetchPublishMessageQueues(topic).stream()
+                .filter(q -> q.getBrokerName().equals(args.get("broker", null))).toList()
+            : List.of();
+        if (args.has("broker") && fixedQueue == null && brokerQueues.isEmpty()) {
+            throw new IllegalArgumentException("broker " + args.get("broker", null) + " has no queues of " + topic);
+        }
         Random random = new Random(count);
         long started = System.nanoTime();
         int sent = 0;
@@ -375,7 +385,9 @@ public final class Tool {
                     }
                     msgs.add(m);
                 }
-                SendResult r = send(producer, msgs, fixedQueue);
+                MessageQueue target = brokerQueues.isEmpty()
+                    ? fixedQueue : brokerQueues.get(sent / batch % brokerQueues.size());
+                SendResult r = send(producer, msgs, target);
                 if (!quiet) {
                     report(r, msgs, printBody);
                 }

@@ -1,0 +1,62 @@
+"""The Java test tool (integration/tool): the official RocketMQ client, run as a command.
+
+The tests produce, consume and read offsets with it, so what they check the source against comes
+from RocketMQ's own client, not from the package under test. ``tool_command`` gives the command
+line (for a tool that runs alongside a test, such as a producer that keeps sending while a fault
+is injected), ``run_tool`` runs it to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from integration.build import BuildError, tool_classpath
+from integration.cluster_config import DEFAULT_WORKDIR, ClusterError, jar_logback_config
+from integration.processes import ProcessError, java_command
+from integration.tls_setup import client_properties
+from integration.versions import JDK17_FLAGS
+
+TOOL_MAIN = "io.rocketmqspark.it.Tool"
+# The tool runs on the official 5.x client, whatever release the brokers run.
+TOOL_LOGBACK_DIR = "tool"
+TOOL_HEAP = ("-Xms64m", "-Xmx512m")
+ERROR_TAIL = 4000
+
+
+def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
+                 tls: bool = False) -> list[str]:
+    """The java command line that runs one tool command against ``namesrv_addr``; ``tls``: it
+    connects with TLS, trusting any certificate."""
+    home = workdir / "home" / "tool"
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        classpath = tool_classpath()
+        logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
+        return java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
+                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback),
+                             **(client_properties() if tls else {})},
+                            [command, "--ns", namesrv_addr, *args])
+    except (BuildError, ProcessError) as err:
+        raise ClusterError(str(err)) from err
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """The tool's answer: one JSON object per line it printed (other lines are its logging)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
+             check: bool = True, timeout: float | None = None, tls: bool = False) -> list[dict[str, Any]]:
+    """Run the Java test tool against any name server; return its JSON lines.
+
+    The tool is the same whatever release the brokers run: the official 5.x client, which
+    speaks to 4.9 brokers as well. ``tls``: as for ``tool_command``.
+    """
+    cmd = tool_command(namesrv_addr, command, *args, workdir=workdir, tls=tls)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    if check and result.returncode != 0:
+        raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-ERROR_TAIL:]}")
+    return json_lines(result.stdout)
