@@ -30,8 +30,8 @@ from integration.javatool import json_lines, tool_command
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
 
-NAMESRV_PORTS = (shifted(33876), shifted(33886))
-BROKER_PORTS = (shifted(34911), shifted(34921))
+NAMESRV_PORTS = (shifted(26876), shifted(26886))
+BROKER_PORTS = (shifted(27911), shifted(27921))
 RELAY_HOST = "127.0.0.2"
 RELAYED_BROKER = BROKER_NAMES[1]
 # Brokers register every 10 s (the least RocketMQ accepts; 30 s by default), so that a name

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.faults
 
 RELAY_HOST = "127.0.0.2"
 ECHO_HOST = "127.0.0.1"
-PORT = shifted(31999)
+PORT = shifted(28999)
 TIMEOUT_S = 5.0
 DELAY_MS = 300
 # A delayed round trip passes the chunk twice (there and back); loopback itself adds next to nothing.
