@@ -107,6 +107,7 @@ class Connection:
         # The TLS version agreed on (e.g. TLSv1.3); None for a plain connection.
         self.tls_version = self._sock.version() if isinstance(self._sock, TlsChannel) else None
         self._heard = False  # whether the server has sent anything yet
+        self._last_heard = time.monotonic()  # when it last did (or the connection opened)
         self._sock.settimeout(None)
         self._frames = FrameReader(max_frame_length)
         self._send_lock = threading.Lock()
@@ -152,6 +153,13 @@ class Connection:
         if not pending.settled(max(0.0, pending.deadline - time.monotonic())):
             with self._state_lock:
                 self._pending.pop(pending.opaque, None)
+            if self._last_heard < pending.deadline - pending.timeout:
+                # Nothing at all came back since the request went out: the connection may be dead
+                # without either side knowing (a host gone, a firewall or NAT that dropped it), and
+                # every request on it would wait out its timeout. Closing it makes the next
+                # request, or the retry, open a new one, as RocketMQ's Java client does.
+                self._fail(ConnectionFailedError(
+                    f"{self.address} sent nothing for {pending.timeout:.1f}s; the connection was closed", self.address))
             name = codes.request_code_name(pending.code) or "request code"
             raise RequestTimeoutError(
                 f"no answer from {self.address} within {pending.timeout:.1f}s to {name} ({pending.code})", self.address
@@ -193,6 +201,7 @@ class Connection:
                 raise ConnectionFailedError(f"{self.address} closed the connection{self._unheard_hint()}",
                                             self.address)
             self._heard = True
+            self._last_heard = time.monotonic()
             with memoryview(buffer) as view:
                 for command in self._frames.feed(view[:received]):
                     self._dispatch(command)

@@ -117,14 +117,33 @@ def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Hand
     conn.close()
 
 
-def test_an_unanswered_request_times_out_and_the_connection_stays_usable(
+def test_an_unanswered_request_times_out_and_a_connection_that_answers_others_stays_usable(
         serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
     conn = connect(serve(lambda req, _: [] if req.ext_fields.get("ignore") else [answer(req)]), reader_thread)
-    with pytest.raises(RequestTimeoutError, match="within 0.2s") as failure:
-        conn.request(request(ignore="yes"), timeout=0.2)
+    ignored = conn.submit(request(ignore="yes"), timeout=0.5)
+    assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS  # heard after it was sent
+    with pytest.raises(RequestTimeoutError, match="within 0.5s") as failure:
+        conn.wait(ignored)
     assert failure.value.retriable
+    assert not conn.closed
     assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS
     conn.close()
+
+
+def test_a_connection_silent_for_a_whole_timeout_is_closed_and_the_pool_opens_another(
+        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    """A connection that a firewall or NAT dropped without a word looks like this: every request
+    would wait out its timeout on it, so it is closed and the next request goes on a new one."""
+    silent = {"on": True}
+    server = serve(lambda req, _: [] if silent["on"] else [answer(req)])
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
+    with pytest.raises(RequestTimeoutError, match="within 0.2s") as failure:
+        pool.request(server.address, request(), timeout=0.2)
+    assert failure.value.retriable
+    silent["on"] = False
+    assert pool.request(server.address, request(), timeout=5.0).code == codes.ResponseCode.SUCCESS
+    assert pool.opened(server.address) == 2
+    pool.close()
 
 
 def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
