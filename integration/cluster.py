@@ -34,7 +34,8 @@ from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
     ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings,
+    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, config_from_json,
+    config_to_json, namesrv_name,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
 from integration.javatool import TOOL_HEAP, run_tool, tool_command
@@ -214,7 +215,7 @@ class Cluster:
         self._save()
 
     def _save(self) -> None:
-        state = {"config": _config_to_json(self.config), "servers": [dataclasses.asdict(s) for s in self.servers]}
+        state = {"config": config_to_json(self.config), "servers": [dataclasses.asdict(s) for s in self.servers]}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
 
@@ -225,7 +226,7 @@ class Cluster:
         if not state_file.exists():
             raise ClusterError(f"no cluster recorded in {workdir}")
         state = json.loads(state_file.read_text())
-        cluster = cls(_config_from_json(state["config"]))
+        cluster = cls(config_from_json(state["config"]))
         cluster.servers = [Server(**s) for s in state["servers"]]
         return cluster
 
@@ -308,27 +309,6 @@ def _built(version: str) -> None:
         ensure_built(version)
     except (BuildError, UnknownVersionError) as err:
         raise ClusterError(str(err)) from err
-
-
-def namesrv_name(index: int) -> str:
-    """The first name server is ``namesrv`` (its name before there could be more), then namesrv-2..."""
-    return "namesrv" if index == 0 else f"namesrv-{index + 1}"
-
-
-def _config_to_json(config: ClusterConfig) -> dict[str, Any]:
-    data = dataclasses.asdict(config)
-    data["workdir"] = str(config.workdir)
-    return data
-
-
-def _config_from_json(data: dict[str, Any]) -> ClusterConfig:
-    data = dict(data)
-    data["workdir"] = Path(data["workdir"])
-    data["broker_ports"] = tuple(data["broker_ports"])
-    data["extra_namesrv_ports"] = tuple(data.get("extra_namesrv_ports", ()))
-    # A cluster recorded before the version switch ran the default release.
-    data.setdefault("version", DEFAULT_VERSION)
-    return ClusterConfig(**data)
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -6,6 +6,7 @@ own clusters) by the same amount, so two checkouts can run their tests on one ma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -16,7 +17,7 @@ from typing import Any
 from integration.build import jars
 from integration.tls_setup import TLS_DISABLED
 from integration.tls_setup import proxy_settings as tls_proxy_settings
-from integration.versions import AclStyle, LogbackStyle, Release, release, selected_version
+from integration.versions import DEFAULT_VERSION, AclStyle, LogbackStyle, Release, release, selected_version
 
 DEFAULT_WORKDIR = Path(__file__).resolve().parent / "work"
 CLUSTER_NAME = "DefaultCluster"
@@ -262,3 +263,26 @@ def logging_props(config_release: Release, workdir: Path, classpath: str, role: 
         props["rmq.logback.configurationFile"] = str(
             jar_logback_config(workdir, classpath, role, config_release.version))
     return props
+
+
+def namesrv_name(index: int) -> str:
+    """The first name server is ``namesrv`` (its name before there could be more), then namesrv-2..."""
+    return "namesrv" if index == 0 else f"namesrv-{index + 1}"
+
+
+def config_to_json(config: ClusterConfig) -> dict[str, Any]:
+    """The config as the cluster's state file records it."""
+    data = dataclasses.asdict(config)
+    data["workdir"] = str(config.workdir)
+    return data
+
+
+def config_from_json(data: dict[str, Any]) -> ClusterConfig:
+    """The config a state file recorded."""
+    data = dict(data)
+    data["workdir"] = Path(data["workdir"])
+    data["broker_ports"] = tuple(data["broker_ports"])
+    data["extra_namesrv_ports"] = tuple(data.get("extra_namesrv_ports", ()))
+    # A cluster recorded before the version switch ran the default release.
+    data.setdefault("version", DEFAULT_VERSION)
+    return ClusterConfig(**data)
