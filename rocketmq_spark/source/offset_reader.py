@@ -9,7 +9,8 @@ What it costs grows with brokers, not queues, wherever RocketMQ allows:
 - min and max offsets of all of a topic's queues on a broker come in one GET_TOPIC_STATS_INFO
   answer; where a broker does not serve it (a 5.x proxy) or denies it, per-queue requests go out
   back to back on one connection (``RocketMQClient.call_many``);
-- stored offsets, searches by time and commits are per-queue requests, sent back to back.
+- stored offsets, searches by time (with, on 4.x, the pulls that make them exact) and commits
+  are per-queue requests, sent back to back.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
-from rocketmq_spark.remoting.calls import Boundary, Call, QueueOffsets
+from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConfigurationError, ProtocolError, RocketMQError, TopicNotFoundError,
 )
+from rocketmq_spark.source import time_search
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
 
@@ -226,9 +228,24 @@ class OffsetReader:
         return {q: found[q] for q in wanted}
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
-        """Per queue, the first offset stored at or after the time (the max offset if none is)."""
-        return self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
-                               "offsets by time")
+        """Per queue, the first offset stored at or after the time (the max offset if none is).
+
+        A 5.x broker answers just that. A 4.x broker answers only near it, and the store times of
+        the messages around its answer settle the offset (``time_search``): a pull of three
+        messages per queue in the usual case, a few rounds more where many share a store time.
+        """
+        answers = self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
+                                  "offsets by time")
+        found = {q: answer.offset for q, answer in answers.items() if not answer.nearest}
+        near = {q: answer.offset for q, answer in answers.items() if answer.nearest}
+        if near:
+            found.update(time_search.first_at_or_after(near, timestamp_ms, self._pull_round))
+        return {q: found[q] for q in answers}
+
+    def _pull_round(self, probes: Mapping[MessageQueue, time_search.Probe]) -> dict[MessageQueue, PullResult]:
+        group = self.options.pull_group
+        return self._per_queue(probes, lambda q: calls.pull(q, probes[q].offset, group=group,
+                                                            max_messages=probes[q].max_messages), "store times")
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         """The group's stored offset per queue; None where it has stored none.

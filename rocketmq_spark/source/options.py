@@ -98,6 +98,10 @@ def parse_name_servers(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())
 
 
+# The group a batch read without ``consumerGroup`` pulls as (pulls name a group; nothing is stored).
+BATCH_READ_GROUP = "rocketmq-spark-reader"
+
+
 class ConsumeFromWhere(enum.Enum):
     """Where a queue starts when the group has no stored offset on it (RocketMQ's names)."""
 
@@ -150,6 +154,11 @@ class SourceOptions:
         if self.expression_type != EXPRESSION_TAG:
             return None
         return parse_tag_expression(self.sub_expression)
+
+    @property
+    def pull_group(self) -> str:
+        """The group pulls name: the consumer group, else the batch reader's own (nothing is stored)."""
+        return self.consumer_group or BATCH_READ_GROUP
 
     def display_topic(self, topic: str) -> str:
         """The topic as the user named it (RocketMQ clients strip the namespace the same way)."""
