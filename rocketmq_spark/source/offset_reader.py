@@ -69,6 +69,7 @@ class OffsetReader:
         self._routes_at: float | None = None
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
+        self._tables: set[tuple[str, str]] = set()  # (broker address, topic) holding the group's offsets
 
     def close(self) -> None:
         self.client.close()
@@ -267,29 +268,59 @@ class OffsetReader:
 
         One attempt each, and only on queues whose broker is routable now: what is left out is
         stored at a later trigger, which is better than holding up this one.
+
+        A broker keeps the group's offsets of a topic in a table its first commit creates, and of
+        two first commits handled at once one can be lost (the broker checks for the table, then
+        puts a new one). So each topic's first commit on each broker goes with one queue, and the
+        topic's other queues there follow in the round after it.
         """
         group = self.options.consumer_group
         assert group is not None
         routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
-        result = self._store(group, routable, list(routable))
+        openers: dict[tuple[str, str], MessageQueue] = {}
+        for queue in routable:
+            if self._table(queue) not in self._tables:
+                openers.setdefault(self._table(queue), queue)
+        result = self._open_tables(group, routable, list(openers.values()))
+        rest = [q for q in routable if q not in result.stored and q not in result.failed]
+        ready = [q for q in rest if self._table(q) in self._tables]
+        later = self._store(group, routable, ready)
+        result.stored.update(later.stored)
+        result.failed.update(later.failed)
+        for queue in rest:
+            if self._table(queue) not in self._tables:  # its topic's first commit failed
+                result.failed[queue] = result.failed[openers[self._table(queue)]]
+        return result
+
+    def _table(self, queue: MessageQueue) -> tuple[str, str]:
+        """Where a broker keeps the group's offsets of the queue: per broker and topic."""
+        return self._addresses[queue], queue.topic
+
+    def _open_tables(self, group: str, offsets: Mapping[MessageQueue, int],
+                     openers: list[MessageQueue]) -> CommitResult:
+        """The first commit of each topic on each broker, one queue each."""
+        result = self._store(group, offsets, openers)
         unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
         # A broker refuses offsets of a group it has never seen, and creates the group on its
         # first pull (autoCreateSubscriptionGroup): an empty pull at the offset, then the offset,
         # queue by queue, as the group's first commit on each broker only.
         for queue in unknown:
             try:
-                self.client.pull(self._addresses[queue], queue, routable[queue], group=group, max_messages=1,
+                self.client.pull(self._addresses[queue], queue, offsets[queue], group=group, max_messages=1,
                                  subscription=self.options.sub_expression,
                                  expression_type=self.options.expression_type)
-                self.client.update_consumer_offset(self._addresses[queue], queue, group, routable[queue])
+                self.client.update_consumer_offset(self._addresses[queue], queue, group, offsets[queue])
             except RocketMQError as err:
                 result.failed[queue] = err
             else:
                 result.failed.pop(queue)
-                result.stored[queue] = routable[queue]
+                result.stored[queue] = offsets[queue]
+                self._tables.add(self._table(queue))
         return result
 
     def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
+        if not queues:
+            return CommitResult()
         outcomes = self.client.call_many(
             [(self._addresses[q], calls.update_consumer_offset(q, group, offsets[q])) for q in queues])
         result = CommitResult()
@@ -298,6 +329,7 @@ class OffsetReader:
                 result.failed[queue] = outcome
             else:
                 result.stored[queue] = offsets[queue]
+                self._tables.add(self._table(queue))
         if result.failed:
             self._routes_changed()
         return result

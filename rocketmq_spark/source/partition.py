@@ -13,6 +13,7 @@ from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
 
+
 @dataclass(frozen=True)
 class ReadRange:
     """Offsets ``[start, end)`` of one queue, and the broker address that serves it."""

@@ -68,6 +68,10 @@ class FakeBrokers:
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
+        # The (broker, topic) offset tables of the group before this round, and the queues each
+        # table created in this round holds (see UPDATE_CONSUMER_OFFSET below).
+        self.tables = {(q.broker_name, q.topic) for q in self.stored}
+        self.created: dict[tuple[str, str], list[MessageQueue]] = {}
         outcomes = []
         for address, call in addressed:
             self.sent.append(call.code)
@@ -115,6 +119,13 @@ class FakeBrokers:
                 return RemotingCommand(ResponseCode.QUERY_NOT_FOUND)
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.stored[queue])})
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            table = (queue.broker_name, queue.topic)
+            if table not in self.tables:
+                # A broker creates the table at the first commit (check, then put): of first
+                # commits handled at once, the last table put wins and the others' offsets are lost.
+                for lost in self.created.pop(table, []):
+                    del self.stored[lost]
+                self.created[table] = [queue]
             self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
             return RemotingCommand(ResponseCode.SUCCESS)
         raise AssertionError(f"unexpected request {code}")
@@ -246,3 +257,19 @@ def test_a_new_query_from_the_first_offsets_asks_topic_stats_not_each_queue() ->
     started(brokers)  # CONSUME_FROM_FIRST_OFFSET, nothing stored yet
     assert RequestCode.GET_MIN_OFFSET not in brokers.sent and RequestCode.GET_MAX_OFFSET not in brokers.sent
     assert brokers.sent.count(RequestCode.GET_TOPIC_STATS_INFO) <= 2 * BROKERS * len(TOPICS)
+
+
+def test_a_topics_first_commit_on_a_broker_goes_alone() -> None:
+    """Of a topic's first commits that reach a broker at once, all but one can be lost: one queue
+    per broker and topic goes first, then the others in one more round."""
+    brokers = FakeBrokers(16)
+    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
+                            streaming=True)
+    reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
+    queues = reader.queues()
+    rounds = brokers.rounds
+    result = reader.commit(brokers.max)
+    assert result.stored == brokers.max and not result.failed
+    assert brokers.stored == brokers.max
+    assert brokers.rounds - rounds == 2
+    assert brokers.sent[-len(queues):].count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(queues)
