@@ -69,7 +69,7 @@ class OffsetReader:
         self._routes_at: float | None = None
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
-        self._tables: set[tuple[str, str]] = set()  # (broker address, topic) holding the group's offsets
+        self._tables: set[tuple[str, str]] = set()  # (broker name, topic) holding the group's offsets
 
     def close(self) -> None:
         self.client.close()
@@ -293,8 +293,9 @@ class OffsetReader:
         return result
 
     def _table(self, queue: MessageQueue) -> tuple[str, str]:
-        """Where a broker keeps the group's offsets of the queue: per broker and topic."""
-        return self._addresses[queue], queue.topic
+        """Where the group's offsets of the queue are kept: per broker (by name, as one proxy
+        address serves them all) and topic."""
+        return queue.broker_name, queue.topic
 
     def _open_tables(self, group: str, offsets: Mapping[MessageQueue, int],
                      openers: list[MessageQueue]) -> CommitResult:

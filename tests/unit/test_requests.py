@@ -259,10 +259,20 @@ def test_a_new_query_from_the_first_offsets_asks_topic_stats_not_each_queue() ->
     assert brokers.sent.count(RequestCode.GET_TOPIC_STATS_INFO) <= 2 * BROKERS * len(TOPICS)
 
 
-def test_a_topics_first_commit_on_a_broker_goes_alone() -> None:
+class ProxiedBrokers(FakeBrokers):
+    """The same brokers behind a 5.x proxy: one address serves them all, the broker named in
+    each request."""
+
+    @staticmethod
+    def address(broker: str) -> str:
+        return "127.0.0.1:8080"
+
+
+@pytest.mark.parametrize("kind", [FakeBrokers, ProxiedBrokers])
+def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -> None:
     """Of a topic's first commits that reach a broker at once, all but one can be lost: one queue
     per broker and topic goes first, then the others in one more round."""
-    brokers = FakeBrokers(16)
+    brokers = kind(16)
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
                             streaming=True)
     reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
