@@ -311,11 +311,11 @@ def test_exactly_once_across_a_restart(
         if batch_id == FAILING_BATCH:
             raise RuntimeError(SINK_FAILURE)
 
-    def query_of() -> Any:
+    def source() -> Any:
         return stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST,
                       maxMessagesPerTrigger=str(PER_TRIGGER))
 
-    failing = (query_of().writeStream.foreachBatch(write_then_fail).option("checkpointLocation", str(checkpoint))
+    failing = (source().writeStream.foreachBatch(write_then_fail).option("checkpointLocation", str(checkpoint))
                .trigger(availableNow=True).start())
     with pytest.raises(Exception, match=SINK_FAILURE):
         failing.awaitTermination(QUERY_TIMEOUT_S)
@@ -323,7 +323,7 @@ def test_exactly_once_across_a_restart(
     assert written == (FAILING_BATCH + 1) * PER_TRIGGER < len(first), "the first run should stop part-way"
 
     second = produce(rocketmq, topic, WAVE, "--keys", "r2-{i}", "--batch", str(SEND_BATCH))
-    run_available_now(query_of(), checkpoint, write)
+    run_available_now(source(), checkpoint, write)
     keys = Counter(row.keys for row in spark.read.parquet(str(sink)).select("keys").collect())
     assert keys == Counter(m["keys"] for m in first + second), "a message is missing or came twice"
     assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
@@ -359,6 +359,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), *keys)
         cluster.tool("produce", "--topic", topic, "--count", str(WAVE), "--keys", "acl-{i}", *keys)
         sent = cluster.tool("consume", "--topic", topic, "--count", str(WAVE), "--print", *keys)
+        assert len(sent) == WAVE
         yield Secured(cluster, topic, sent)
     finally:
         cluster.stop()
