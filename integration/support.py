@@ -128,8 +128,10 @@ def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[s
             for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
 
 
-def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, **options: str) -> Any:
-    reader = (spark.readStream.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
+def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, *, endpoint: str | None = None,
+           **options: str) -> Any:
+    """A stream of the topic; ``endpoint`` replaces the name server (a 5.x proxy's remoting port)."""
+    reader = (spark.readStream.format("rocketmq").option("nameServer", endpoint or rocketmq.namesrv_addr)
               .option("topic", topic).option("consumerGroup", group))
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -154,8 +156,11 @@ def collect_available_now(df: Any, checkpoint: Path) -> list[Any]:
     return rows
 
 
-def batch_read(spark: Any, rocketmq: ClusterHandle, topic: str, **options: str) -> Any:
-    reader = spark.read.format("rocketmq").option("nameServer", rocketmq.namesrv_addr).option("topic", topic)
+def batch_read(spark: Any, rocketmq: ClusterHandle, topic: str, *, endpoint: str | None = None,
+               **options: str) -> Any:
+    """A batch read of the topic; ``endpoint`` replaces the name server as in ``stream``."""
+    reader = (spark.read.format("rocketmq").option("nameServer", endpoint or rocketmq.namesrv_addr)
+              .option("topic", topic))
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()

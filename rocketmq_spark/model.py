@@ -62,3 +62,26 @@ class ClientConfig:
     @property
     def connect_timeout(self) -> float:
         return min(self.request_timeout, MAX_CONNECT_TIMEOUT_S)
+
+
+# Java's String.trim() strips every char <= U+0020, not Unicode whitespace.
+_JAVA_TRIM_CHARS = "".join(map(chr, range(0x21)))
+TAG_EXPRESSION_SEPARATOR = "||"
+
+
+def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
+    """The tag set of a subscription, like ``FilterAPI.buildSubscriptionData``.
+
+    None means every message (empty or ``*``). Otherwise the expression is split on ``||``, each
+    tag trimmed and empty ones dropped; an expression of separators only gives an empty set,
+    which matches nothing on the broker.
+    """
+    if not expression or expression == SUBSCRIBE_ALL:
+        return None
+    tags = (tag.strip(_JAVA_TRIM_CHARS) for tag in expression.split(TAG_EXPRESSION_SEPARATOR))
+    return frozenset(tag for tag in tags if tag)
+
+
+def parse_name_servers(value: str) -> tuple[str, ...]:
+    """RocketMQ's namesrvAddr syntax: ``host:port;host:port`` (commas accepted as well)."""
+    return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())

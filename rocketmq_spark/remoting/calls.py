@@ -82,10 +82,31 @@ class Boundary(enum.Enum):
     UPPER = "upper"  # the last offset stored at or before the time
 
 
-def search_offset(queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER) -> Call[int]:
-    """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or before."""
+@dataclass(frozen=True)
+class SearchedOffset:
+    """A broker's answer to a search by time.
+
+    ``nearest``: a 4.x broker answered, which ignores ``boundaryType`` and gives the entry whose
+    store time is nearest the time (the last entry if all are older), on either side of the one
+    asked for; ``source.time_search`` turns it into the exact offset.
+    """
+
+    offset: int
+    nearest: bool = False
+
+
+def search_offset(queue: MessageQueue, timestamp_ms: int,
+                  boundary: Boundary = Boundary.LOWER) -> Call[SearchedOffset]:
+    """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or
+    before. Exact on 5.x; on 4.x only near it (see :class:`SearchedOffset`)."""
+    code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
     fields = {**_queue_fields(queue), "timestamp": timestamp_ms, "boundaryType": boundary.value}
-    return _int_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields, "offset")
+
+    def read(response: RemotingCommand, address: str) -> SearchedOffset:
+        offset = int_field(accepted(response, code, address), "offset")
+        return SearchedOffset(offset, nearest=response.version < codes.FIRST_5X_VERSION)
+
+    return Call(code, fields, read)
 
 
 def earliest_store_time(queue: MessageQueue) -> Call[int]:
@@ -261,7 +282,8 @@ def read_pull(response: RemotingCommand, address: str) -> PullResult:
 
 def pull(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
          subscription: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG) -> Call[PullResult]:
-    """A pull that does not wait for messages, as a call that can be sent with others."""
+    """A pull that returns at once (of every message unless a subscription is given), as a call
+    that can be sent with others."""
     fields = pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
                          expression_type=expression_type)
     return Call(RequestCode.PULL_MESSAGE, fields, read_pull)

@@ -306,7 +306,8 @@ class RocketMQClient:
 
     def search_offset(self, address: str, queue: MessageQueue, timestamp_ms: int,
                       boundary: Boundary = Boundary.LOWER) -> int:
-        return self.call(address, calls.search_offset(queue, timestamp_ms, boundary))
+        """The broker's answer as it is: on 4.x only near the time (``calls.SearchedOffset``)."""
+        return self.call(address, calls.search_offset(queue, timestamp_ms, boundary)).offset
 
     def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
         return self.call(address, calls.earliest_store_time(queue))

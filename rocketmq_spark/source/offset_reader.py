@@ -9,8 +9,9 @@ What it costs grows with brokers, not queues, wherever RocketMQ allows:
 - min and max offsets of all of a topic's queues on a broker come in one GET_TOPIC_STATS_INFO
   answer; where a broker does not serve it (a 5.x proxy) or denies it, per-queue requests go out
   back to back on one connection (``RocketMQClient.call_many``);
-- stored offsets, searches by time and commits are per-queue requests, sent back to back; a new
-  group's first commit adds one pull per broker (which creates the group) and one more round.
+- stored offsets, searches by time (with, on 4.x, the pulls that make them exact) and commits
+  are per-queue requests, sent back to back; a topic's first commit on a broker goes with one
+  queue before the others, and a new group's adds one pull per broker (which creates the group).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
-from rocketmq_spark.remoting.calls import Boundary, Call, QueueOffsets
+from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConfigurationError, ProtocolError, RocketMQError, TopicNotFoundError,
 )
+from rocketmq_spark.source import time_search
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import STARTING_OFFSETS, TLS_TRUST_CERT_PATH, TLS_VERIFY, TOPIC, SourceOptions
 
@@ -75,6 +77,7 @@ class OffsetReader:
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
         self._opened: dict[str, int] = {}  # connections opened per broker address, at the last look
+        self._tables: set[tuple[str, str]] = set()  # (broker name, topic) holding the group's offsets
 
     def close(self) -> None:
         self.client.close()
@@ -146,7 +149,8 @@ class OffsetReader:
 
         A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
         its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval).
-        Its connection breaking is how the driver can tell, so the caller stores them again.
+        Its connection breaking is how the driver can tell, so the caller stores them again; and
+        since it may have lost the group's offset tables too, their first commits go first again.
         """
         again = set()
         for broker, address in {q.broker_name: a for q, a in self._addresses.items()}.items():
@@ -154,6 +158,7 @@ class OffsetReader:
             if self._opened.setdefault(address, count) != count:
                 again.add(broker)
                 self._opened[address] = count
+        self._tables = {table for table in self._tables if table[0] not in again}
         return frozenset(again)
 
     def address(self, queue: MessageQueue) -> str:
@@ -254,9 +259,24 @@ class OffsetReader:
         return {q: found[q] for q in wanted}
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
-        """Per queue, the first offset stored at or after the time (the max offset if none is)."""
-        return self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
-                               "offsets by time")
+        """Per queue, the first offset stored at or after the time (the max offset if none is).
+
+        A 5.x broker answers just that. A 4.x broker answers only near it, and the store times of
+        the messages around its answer settle the offset (``time_search``): a pull of three
+        messages per queue in the usual case, a few rounds more where many share a store time.
+        """
+        answers = self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
+                                  "offsets by time")
+        found = {q: answer.offset for q, answer in answers.items() if not answer.nearest}
+        near = {q: answer.offset for q, answer in answers.items() if answer.nearest}
+        if near:
+            found.update(time_search.first_at_or_after(near, timestamp_ms, self._pull_round))
+        return {q: found[q] for q in answers}
+
+    def _pull_round(self, probes: Mapping[MessageQueue, time_search.Probe]) -> dict[MessageQueue, PullResult]:
+        group = self.options.pull_group
+        return self._per_queue(probes, lambda q: calls.pull(q, probes[q].offset, group=group,
+                                                            max_messages=probes[q].max_messages), "store times")
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         """The group's stored offset per queue; None where it has stored none.
@@ -278,18 +298,48 @@ class OffsetReader:
 
         One attempt each, and only on queues whose broker is routable now: what is left out is
         stored at a later trigger, which is better than holding up this one.
+
+        A broker keeps the group's offsets of a topic in a table its first commit creates, and of
+        two first commits handled at once one can be lost (the broker checks for the table, then
+        puts a new one). So each topic's first commit on each broker goes with one queue, and the
+        topic's other queues there follow in the round after it.
         """
         group = self.options.consumer_group
         assert group is not None
         routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
-        result = self._store(group, routable, list(routable))
+        openers: dict[tuple[str, str], MessageQueue] = {}
+        for queue in routable:
+            if self._table(queue) not in self._tables:
+                openers.setdefault(self._table(queue), queue)
+        result = self._open_tables(group, routable, list(openers.values()))
+        rest = [q for q in routable if q not in result.stored and q not in result.failed]
+        ready = [q for q in rest if self._table(q) in self._tables]
+        later = self._store(group, routable, ready)
+        result.stored.update(later.stored)
+        result.failed.update(later.failed)
+        for queue in rest:
+            if self._table(queue) not in self._tables:  # its topic's first commit failed
+                result.failed[queue] = result.failed[openers[self._table(queue)]]
+        return result
+
+    def _table(self, queue: MessageQueue) -> tuple[str, str]:
+        """Where the group's offsets of the queue are kept: per broker (by name, as one proxy
+        address serves them all) and topic."""
+        return queue.broker_name, queue.topic
+
+    def _open_tables(self, group: str, offsets: Mapping[MessageQueue, int],
+                     openers: list[MessageQueue]) -> CommitResult:
+        """The first commit of each topic on each broker, one queue each; a broker that refuses it
+        because it does not know the group is introduced to the group, and asked again."""
+        result = self._store(group, offsets, openers)
         unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
         if unknown:
-            self._introduce(group, unknown, routable)
-            again = self._store(group, routable, unknown)
+            self._introduce(group, unknown, offsets)
+            again = self._store(group, offsets, unknown)
             result.stored.update(again.stored)
             result.failed = {q: err for q, err in result.failed.items() if q not in again.stored}
             result.failed.update(again.failed)
+        self._tables.update(self._table(q) for q in result.stored)
         return result
 
     def _introduce(self, group: str, queues: list[MessageQueue], offsets: Mapping[MessageQueue, int]) -> None:
@@ -301,17 +351,19 @@ class OffsetReader:
         fails leaves its broker's queues to a later commit.
         """
         first_of_broker: dict[str, MessageQueue] = {}
-        for queue in queues:
-            first_of_broker.setdefault(self._addresses[queue], queue)
-        pulls = [(address, calls.pull(queue, offsets[queue], group=group, max_messages=1,
-                                      subscription=self.options.sub_expression,
-                                      expression_type=self.options.expression_type))
-                 for address, queue in first_of_broker.items()]
-        for (address, _), outcome in zip(pulls, self.client.call_many(pulls)):
+        for queue in queues:  # by name: one proxy address serves every broker
+            first_of_broker.setdefault(queue.broker_name, queue)
+        pulls = [(self._addresses[queue], calls.pull(queue, offsets[queue], group=group, max_messages=1,
+                                                     subscription=self.options.sub_expression,
+                                                     expression_type=self.options.expression_type))
+                 for queue in first_of_broker.values()]
+        for broker, outcome in zip(first_of_broker, self.client.call_many(pulls)):
             if isinstance(outcome, RocketMQError):
-                log.info("could not introduce group %s to broker %s: %s", group, address, outcome)
+                log.info("could not introduce group %s to broker %s: %s", group, broker, outcome)
 
     def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
+        if not queues:
+            return CommitResult()
         outcomes = self.client.call_many(
             [(self._addresses[q], calls.update_consumer_offset(q, group, offsets[q])) for q in queues])
         result = CommitResult()
@@ -320,6 +372,7 @@ class OffsetReader:
                 result.failed[queue] = outcome
             else:
                 result.stored[queue] = offsets[queue]
+                self._tables.add(self._table(queue))
         if result.failed:
             self._routes_changed()
         return result

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials
+from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
+    EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers, parse_tag_expression,
+)
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
@@ -81,27 +83,8 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_0
                 "h": 3_600_000, "d": 86_400_000}
 
 
-# Java's String.trim() strips every char <= U+0020, not Unicode whitespace.
-_JAVA_TRIM_CHARS = "".join(map(chr, range(0x21)))
-TAG_EXPRESSION_SEPARATOR = "||"
-
-
-def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
-    """The tag set of a subscription, like ``FilterAPI.buildSubscriptionData``.
-
-    None means every message (empty or ``*``). Otherwise the expression is split on ``||``, each
-    tag trimmed and empty ones dropped; an expression of separators only gives an empty set,
-    which matches nothing on the broker.
-    """
-    if not expression or expression == SUBSCRIBE_ALL:
-        return None
-    tags = (tag.strip(_JAVA_TRIM_CHARS) for tag in expression.split(TAG_EXPRESSION_SEPARATOR))
-    return frozenset(tag for tag in tags if tag)
-
-
-def parse_name_servers(value: str) -> tuple[str, ...]:
-    """RocketMQ's namesrvAddr syntax: ``host:port;host:port`` (commas accepted as well)."""
-    return tuple(part.strip() for part in value.replace(",", ";").split(";") if part.strip())
+# The group a batch read without ``consumerGroup`` pulls as (pulls name a group; nothing is stored).
+BATCH_READ_GROUP = "rocketmq-spark-reader"
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -157,6 +140,11 @@ class SourceOptions:
         if self.expression_type != EXPRESSION_TAG:
             return None
         return parse_tag_expression(self.sub_expression)
+
+    @property
+    def pull_group(self) -> str:
+        """The group pulls name: the consumer group, else the batch reader's own (nothing is stored)."""
+        return self.consumer_group or BATCH_READ_GROUP
 
     def display_topic(self, topic: str) -> str:
         """The topic as the user named it (RocketMQ clients strip the namespace the same way)."""

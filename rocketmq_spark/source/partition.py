@@ -13,9 +13,6 @@ from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
 
-# The group a batch read without ``consumerGroup`` pulls as (pulls name a group; nothing is stored).
-BATCH_READ_GROUP = "rocketmq-spark-reader"
-
 
 @dataclass(frozen=True)
 class ReadRange:
@@ -58,7 +55,7 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
     return [
         RocketMQPartition(
             ranges=tuple(ReadRange(r.queue, r.start, r.end, address_of(r.queue)) for r in group),
-            client=options.client, group=options.consumer_group or BATCH_READ_GROUP,
+            client=options.client, group=options.pull_group,
             sub_expression=options.sub_expression, expression_type=options.expression_type,
             tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
             fail_on_data_loss=options.fail_on_data_loss, retry=options.retry, namespace=options.namespace,

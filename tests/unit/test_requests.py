@@ -76,6 +76,10 @@ class FakeBrokers:
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
+        # The (broker, topic) offset tables of the group before this round, and the queues each
+        # table created in this round holds (see UPDATE_CONSUMER_OFFSET below).
+        self.tables = {(q.broker_name, q.topic) for q in self.stored}
+        self.created: dict[tuple[str, str], list[MessageQueue]] = {}
         outcomes = []
         for address, call in addressed:
             self.sent.append(call.code)
@@ -130,6 +134,13 @@ class FakeBrokers:
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             if self.group_known is not None and queue.broker_name not in self.group_known:
                 return RemotingCommand(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="subscription group not exist")
+            table = (queue.broker_name, queue.topic)
+            if table not in self.tables:
+                # A broker creates the table at the first commit (check, then put): of first
+                # commits handled at once, the last table put wins and the others' offsets are lost.
+                for lost in self.created.pop(table, []):
+                    del self.stored[lost]
+                self.created[table] = [queue]
             self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
             return RemotingCommand(ResponseCode.SUCCESS)
         raise AssertionError(f"unexpected request {code}")
@@ -209,7 +220,7 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     # The first trigger stores where each queue starts: the group's first commit.
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
-    refused = sum(1 for q in brokers.max if q.broker_name not in {f"broker-{b}" for b in range(known_on)})
+    refused = (BROKERS - known_on) * len(TOPICS)  # each topic's first commit on each broker
     assert brokers.sent.count(RequestCode.PULL_MESSAGE) == BROKERS - known_on
     assert brokers.sent.count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(brokers.max) + refused
     assert brokers.stored == {q: 0 for q in brokers.max}
@@ -293,3 +304,29 @@ def test_a_new_query_from_the_first_offsets_asks_topic_stats_not_each_queue() ->
     started(brokers)  # CONSUME_FROM_FIRST_OFFSET, nothing stored yet
     assert RequestCode.GET_MIN_OFFSET not in brokers.sent and RequestCode.GET_MAX_OFFSET not in brokers.sent
     assert brokers.sent.count(RequestCode.GET_TOPIC_STATS_INFO) <= 2 * BROKERS * len(TOPICS)
+
+
+class ProxiedBrokers(FakeBrokers):
+    """The same brokers behind a 5.x proxy: one address serves them all, the broker named in
+    each request."""
+
+    @staticmethod
+    def address(broker: str) -> str:
+        return "127.0.0.1:8080"
+
+
+@pytest.mark.parametrize("kind", [FakeBrokers, ProxiedBrokers])
+def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -> None:
+    """Of a topic's first commits that reach a broker at once, all but one can be lost: one queue
+    per broker and topic goes first, then the others in one more round."""
+    brokers = kind(16)
+    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
+                            streaming=True)
+    reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
+    queues = reader.queues()
+    rounds = brokers.rounds
+    result = reader.commit(brokers.max)
+    assert result.stored == brokers.max and not result.failed
+    assert brokers.stored == brokers.max
+    assert brokers.rounds - rounds == 2
+    assert brokers.sent[-len(queues):].count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(queues)

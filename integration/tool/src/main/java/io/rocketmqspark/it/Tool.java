@@ -510,7 +510,9 @@ public final class Tool {
 
     private static void consumeByLitePull(Args args, String topic, String group, int batchSize, Reading reading)
         throws Exception {
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer(group);
+        RPCHook hook = rpcHook(args);
+        DefaultLitePullConsumer c = hook == null ? new DefaultLitePullConsumer(group)
+            : new DefaultLitePullConsumer(group, hook);
         c.setNamesrvAddr(args.required("ns"));
         c.setInstanceName("it-consumer-" + System.nanoTime());
         c.setMqClientApiTimeout((int) TIMEOUT_MS);
@@ -534,7 +536,8 @@ public final class Tool {
     @SuppressWarnings("deprecation")
     private static void consumeByPull(Args args, String topic, String group, int batchSize, Reading reading)
         throws Exception {
-        DefaultMQPullConsumer c = new DefaultMQPullConsumer(group);
+        RPCHook hook = rpcHook(args);
+        DefaultMQPullConsumer c = hook == null ? new DefaultMQPullConsumer(group) : new DefaultMQPullConsumer(group, hook);
         c.setNamesrvAddr(args.required("ns"));
         c.setInstanceName("it-consumer-" + System.nanoTime());
         c.setMqClientApiTimeout((int) TIMEOUT_MS);
