@@ -294,7 +294,8 @@ class OffsetReader:
         return stored
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
-        """Store each queue's next offset to read for the group, in one round of requests.
+        """Store each queue's next offset to read for the group: one round of requests once the
+        group's offset tables exist on the brokers (see below for the rounds before that).
 
         One attempt each, and only on queues whose broker is routable now: what is left out is
         stored at a later trigger, which is better than holding up this one.
@@ -312,7 +313,8 @@ class OffsetReader:
             if self._table(queue) not in self._tables:
                 openers.setdefault(self._table(queue), queue)
         result = self._open_tables(group, routable, list(openers.values()))
-        rest = [q for q in routable if q not in result.stored and q not in result.failed]
+        opening = set(openers.values())
+        rest = [q for q in routable if q not in opening]
         ready = [q for q in rest if self._table(q) in self._tables]
         later = self._store(group, routable, ready)
         result.stored.update(later.stored)
@@ -339,7 +341,6 @@ class OffsetReader:
             result.stored.update(again.stored)
             result.failed = {q: err for q, err in result.failed.items() if q not in again.stored}
             result.failed.update(again.failed)
-        self._tables.update(self._table(q) for q in result.stored)
         return result
 
     def _introduce(self, group: str, queues: list[MessageQueue], offsets: Mapping[MessageQueue, int]) -> None:
@@ -362,6 +363,7 @@ class OffsetReader:
                 log.info("could not introduce group %s to broker %s: %s", group, broker, outcome)
 
     def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
+        """One round of offset updates; a stored one also means its table exists on the broker."""
         if not queues:
             return CommitResult()
         outcomes = self.client.call_many(
