@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,18 +187,19 @@ class Cluster:
         proxy_conf.write_text(json.dumps(proxy_settings(self.config), indent=2))
         return proxy_conf
 
-    def _wait_registered(self, deadline: float, ports: Sequence[int] | None = None) -> None:
-        """Brokers are usable once the name servers (all, or those on ``ports``) list them; mqadmin
-        asks each directly."""
-        expected = set(BROKER_NAMES[: self.config.brokers])
+    def _wait_registered(self, deadline: float, ports: Sequence[int] | None = None,
+                         names: Sequence[str] | None = None, listed: bool = True) -> None:
+        """Until the name servers (all, or those on ``ports``) list the brokers (all, or ``names``),
+        or with ``listed=False`` no longer list them; mqadmin asks each name server directly."""
+        expected = BROKER_NAMES[: self.config.brokers] if names is None else names
         for port in self.config.namesrv_ports if ports is None else ports:
             while True:
                 out = self.mqadmin("clusterList", check=False, namesrv=f"{LOOPBACK}:{port}")
-                if all(name in out for name in expected):
+                if all((name in out) is listed for name in expected):
                     break
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"brokers {sorted(expected)} never registered with the name server "
-                                       f"on port {port}")
+                    raise ClusterError(f"brokers {sorted(expected)} still {'un' if listed else ''}registered "
+                                       f"with the name server on port {port}")
                 time.sleep(POLL_S)
 
     def all_ports(self) -> list[int]:
@@ -238,12 +239,7 @@ class Cluster:
 
     def stop_broker(self, name: str) -> None:
         """Stop one broker (its store stays), as an operator restarting it would."""
-        server = next((s for s in self.servers if s.name == name), None)
-        if server is None:
-            raise ClusterError(f"no running server named {name}")
-        terminate([server])
-        self.servers.remove(server)
-        self._save()
+        self._end(name, lambda server: terminate([server]))
 
     def start_broker(self, name: str) -> None:
         """Start a stopped broker again on its old store and ports."""
@@ -251,12 +247,17 @@ class Cluster:
 
     def kill(self, name: str) -> None:
         """SIGKILL one server, as a crash would: no shutdown hook runs, its store stays as it was."""
+        self._end(name, kill)
+
+    def _end(self, name: str, how: Callable[[Server], None]) -> None:
         server = next((s for s in self.servers if s.name == name), None)
         if server is None:
             raise ClusterError(f"no running server named {name}")
-        kill(server)
+        how(server)
         self.servers.remove(server)
         self._save()
+        if name in BROKER_NAMES:  # gone once the name servers see its connections close
+            self._wait_registered(time.monotonic() + READY_TIMEOUT_S, names=[name], listed=False)
 
     def restart(self, name: str) -> None:
         """Start a stopped or killed broker or name server again, on its old config, store and ports."""
@@ -271,6 +272,8 @@ class Cluster:
             self._wait_registered(deadline, [self.config.namesrv_ports[index]])
         elif name in BROKER_NAMES[: self.config.brokers]:
             wait_ready(self._spawn_broker(BROKER_NAMES.index(name)), deadline)
+            # Clients find it once it registers, which can come a registration period after boot.
+            self._wait_registered(deadline, names=[name])
         else:
             raise ClusterError(f"no server named {name} in this cluster")
 

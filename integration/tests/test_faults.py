@@ -56,6 +56,7 @@ MAX_RUNS = 4
 CATCH_UP_TIMEOUT_S = 180.0
 CATCH_UP_POLL_S = 2.0
 DIRECT_BROKER = BROKER_NAMES[0]
+ALL_QUEUES = [(broker, queue) for broker in BROKER_NAMES for queue in range(QUEUES_PER_BROKER)]
 
 BROKER_DOWN_S = 5.0
 NAMESRV_DOWN_S = 10.0
@@ -135,9 +136,11 @@ class Scenario:
         began = time.monotonic()
         while True:
             self.revive()
-            offsets = self.offsets()
-            behind = {(o["broker"], o["queueId"]): (o["consumerOffset"], o["maxOffset"])
-                      for o in offsets if o["consumerOffset"] != o["maxOffset"]}
+            offsets = {(o["broker"], o["queueId"]): (o["consumerOffset"], o["maxOffset"]) for o in self.offsets()}
+            # A queue the answer lacks (its broker not registered yet, or without the group's
+            # offsets of the topic) is behind too.
+            behind = {queue: offsets.get(queue) for queue in ALL_QUEUES
+                      if queue not in offsets or offsets[queue][0] != offsets[queue][1]}
             if not behind:
                 return time.monotonic() - began
             if time.monotonic() - began > CATCH_UP_TIMEOUT_S:
