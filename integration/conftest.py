@@ -42,7 +42,7 @@ def rocketmq() -> Iterator[ClusterHandle]:
     try:
         yield ClusterHandle(config.namesrv_addr, config.proxy_addr if config.proxy else None, cluster, version)
     finally:
-        cluster.stop()
+        cluster.stop(at_once=True)
 
 
 _counter = itertools.count()

@@ -96,7 +96,7 @@ def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
         yield AclCluster(cluster, topic, sent)
     finally:
-        cluster.stop()
+        cluster.stop(at_once=True)
 
 
 def test_the_broker_really_enforces_authentication(acl: AclCluster) -> None:

@@ -31,7 +31,7 @@ def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHan
     try:
         yield ClusterHandle(config.namesrv_addr, None, cluster)
     finally:
-        cluster.stop()
+        cluster.stop(at_once=True)
 
 
 def test_stream_rides_out_a_broker_restart(spark: Any, restartable: ClusterHandle, tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_stream_rides_out_a_broker_restart(spark: Any, restartable: ClusterHandl
         # Messages keep arriving on broker-a while broker-b is away.
         produce(restartable, topic, 60, "--keys", "during-{i}", "--broker", "broker-a", "--queue", "0")
         time.sleep(DOWN_S)
-        cluster.start_broker("broker-b")
+        cluster.restart("broker-b")
         produce(restartable, topic, 100, "--keys", "after-{i}", "--batch", "20")
         wait_rows(query, 360)
         assert query.exception() is None

@@ -78,7 +78,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
         try:
             yield ClusterHandle(config.namesrv_addr, None, cluster), relay
         finally:
-            cluster.stop()
+            cluster.stop(at_once=True)
 
 
 class Scenario:

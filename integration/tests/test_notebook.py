@@ -42,7 +42,7 @@ def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.stop(at_once=True)
 
 
 def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path) -> str:

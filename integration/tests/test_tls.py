@@ -81,8 +81,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
         yield TlsCluster(cluster, plain.namesrv_addr)
     finally:
-        plain.stop()
-        cluster.stop()
+        plain.stop(at_once=True)
+        cluster.stop(at_once=True)
 
 
 def keys_of(rows: list[Any]) -> list[str]:

@@ -344,7 +344,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         assert len(sent) == WAVE
         yield Secured(cluster, topic, sent)
     finally:
-        cluster.stop()
+        cluster.stop(at_once=True)
 
 
 def read_keys(spark: Any, options: dict[str, str]) -> list[str]:
