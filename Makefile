@@ -59,7 +59,7 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two
 # name servers gone, the Spark driver killed mid-batch, and a relay in front of one broker that
 # delays, stalls, resets and cuts its traffic (docs/operations.md#failures). A cluster of their own;
-# about 8 minutes on 2 cores.
+# about 5 to 8 minutes on 2 cores.
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status

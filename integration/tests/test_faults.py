@@ -12,8 +12,9 @@ While a broker is killed or cut off, the producer sends to the other broker only
 reached a dying broker but whose answer was lost would be retried on another one, and the topic
 would then hold the message twice, which is the producer's at-least-once, not the source's doing.
 
-The tests run with ``make faults`` (about 7 to 11 minutes on a shared 2-core machine), on a cluster of their own (two name
-servers, broker-b behind a relay: integration/faults.py), and print what each fault cost.
+The tests run with ``make faults`` (about 5 to 8 minutes on a shared 2-core machine), on a
+cluster of their own (two name servers, broker-b behind a relay: integration/faults.py), and
+print what each fault cost.
 """
 
 from __future__ import annotations
