@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from integration.cluster_config import BROKER_NAMES, LOOPBACK, ClusterConfig, shifted
+from integration.connect import job_env
 from integration.javatool import json_lines, tool_command
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -116,19 +117,22 @@ class Producer:
 class StreamJob:
     """``sparkjobs.py follow`` in a session of its own: the query, its checkpoint and its sink."""
 
-    def __init__(self, workdir: Path, options: Mapping[str, str], attempt: int) -> None:
+    def __init__(self, workdir: Path, options: Mapping[str, str], attempt: int, remote: str | None = None) -> None:
+        """A classic session of its own, or with ``remote`` (sc://host:port) a Spark Connect client."""
         self.workdir = workdir
         self.checkpoint = workdir / "checkpoint"
         self.sink = workdir / "sink"
         self.stop_file = workdir / f"stop-{attempt}"
         self.log = workdir / f"job-{attempt}.log"
-        cmd = [sys.executable, str(SPARKJOBS), "follow", "--classic", "--master", MASTER,
+        session = ["--classic", "--master", MASTER] if remote is None else ["--remote", remote]
+        cmd = [sys.executable, str(SPARKJOBS), "follow", *session,
                "--sink", str(self.sink), "--checkpoint", str(self.checkpoint), "--stop-file", str(self.stop_file)]
         for key, value in options.items():
             cmd += ["-o", f"{key}={value}"]
+        env = dict(os.environ) if remote is None else job_env()
         self._log: TextIO = open(self.log, "w")  # noqa: SIM115 - open for the process's life
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"})
 
     def batches(self, kind: str) -> list[int]:
         """The batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""

@@ -27,6 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 # consumerConnection prints its members under this header, up to a blank line.
 CONNECTIONS_HEADER = "#ClientId"
+# How the source's client ids read in mqadmin (<ip>@rocketmq-spark-<id>).
+SOURCE_MARK = "@rocketmq-spark-"
+# mqadmin sees a commit or a member leave within a few triggers; allow for a loaded machine.
+SETTLE_S = 120
+SETTLE_POLL_S = 1.0
 # How long a push consumer may take to start and register with the brokers on a loaded machine.
 PUSH_START_TIMEOUT_S = 120
 # Loaded by every Python process of a Spark application run with ``logging_env`` (driver, Spark's
@@ -241,6 +246,17 @@ def first_offsets(rows: list[Any]) -> dict[tuple[str, int], int]:
     return firsts
 
 
+def eventually(check: Callable[[], Any], what: str, timeout_s: float = SETTLE_S) -> Any:
+    """The first truthy value of ``check()``, polled until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, what
+        time.sleep(SETTLE_POLL_S)
+
+
 def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
     """(broker offset, consumer offset) per queue of the topic, as the release's own ``mqadmin
     consumerProgress -g`` prints them. It finds the group's brokers through the group's retry
@@ -266,6 +282,11 @@ def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
             break
         ids.append(line.split()[0])
     return ids
+
+
+def source_members(rocketmq: ClusterHandle, group: str) -> list[str]:
+    """The members of the group that are queries of this source."""
+    return [c for c in consumer_connections(rocketmq, group) if SOURCE_MARK in c]
 
 
 @dataclass

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from integration.connect import ConnectServer, job_error, job_result, source_options
+from integration.faults import StreamJob
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, create_topic, max_offsets, position, produce, spark_offsets, store_times,
-    stored_offsets,
+    QUERY_TIMEOUT_S, ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, max_offsets,
+    position, produce, source_members, spark_offsets, store_times, stored_offsets,
 )
 
 pytestmark = pytest.mark.integration
@@ -29,6 +30,7 @@ CONNECT_CLIENT = "pyspark.sql.connect.session"
 MESSAGES = 800
 PER_TRIGGER = 200
 WAVES = 3
+MEMBER_MESSAGES = 40
 WAVE_MESSAGES = 40
 WAVE_GAP_S = 2.0
 SOURCE_ERROR = re.compile(r"option '[^']+': [^\n]*")
@@ -56,6 +58,34 @@ def test_stream_writes_every_message_once_and_stores_the_end_offsets(
     ends = max_offsets(rocketmq, topic)
     assert spark_offsets(result["endOffset"], topic) == ends
     assert stored_offsets(rocketmq, topic, group) == ends
+
+
+def test_a_stream_through_connect_is_an_online_member_and_its_progress_shows_in_mqadmin(
+        connect_server: ConnectServer, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    """The group heartbeat runs in the Connect server's Python worker as in a classic driver: while
+    the query runs, the release's own mqadmin lists it in the group and shows every queue committed
+    with no lag; once it stops, it has left the group."""
+    topic, group = unique("connect-member"), unique("connect-member-group")
+    create_topic(rocketmq, topic, queues=2)
+    produce(rocketmq, topic, MEMBER_MESSAGES, "--quiet")
+    job = StreamJob(tmp_path, {"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": group,
+                               "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, 1, remote=connect_server.url)
+
+    def listed() -> list[str]:
+        assert job.alive(), f"the stream ended early:\n{job.tail()}"
+        return source_members(rocketmq, group)
+
+    try:
+        (member,) = eventually(listed, "the stream is not listed as online")
+        maxima = max_offsets(rocketmq, topic)
+        eventually(lambda: consumer_progress(rocketmq, group, topic) == {q: (top, top) for q, top in maxima.items()},
+                   "consumerProgress -g does not show every queue committed with no lag")
+        answer = job.finish()
+        assert "result" in answer, answer
+    finally:
+        job.close()
+    eventually(lambda: member not in consumer_connections(rocketmq, group), "the stopped stream is still listed")
+    assert stored_offsets(rocketmq, topic, group) == maxima
 
 
 def test_registered_batch_read_returns_exactly_the_time_window(

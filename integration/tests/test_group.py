@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from integration.support import (
-    ClusterHandle, consumer_connections, consumer_progress, create_topic, fail_stream,
-    max_offsets, produce, push_consumer, spark_job_with_source_log, stored_offsets, stream, wait_rows,
+    ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, fail_stream, max_offsets,
+    produce, push_consumer, source_members, spark_job_with_source_log, stored_offsets, stream, wait_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -28,29 +28,10 @@ Unique = Callable[[str], str]
 FIRST = "CONSUME_FROM_FIRST_OFFSET"
 QUEUES_PER_BROKER = 2
 MESSAGES = 40
-SOURCE_MARK = "@rocketmq-spark-"
 TRIGGER = "1 second"
 # Long enough for what a test does while the push consumer is online, on a loaded machine.
 PUSH_ONLINE_S = 240
-# mqadmin sees a commit or a member leave within a few triggers; allow for a loaded machine.
-SETTLE_S = 120
-POLL_S = 1.0
 FIX = "a consumer group of its own"
-
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = SETTLE_S) -> Any:
-    """The first truthy value of ``check()``, polled until ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(POLL_S)
-
-
-def source_members(rocketmq: ClusterHandle, group: str) -> list[str]:
-    return [c for c in consumer_connections(rocketmq, group) if SOURCE_MARK in c]
 
 
 @pytest.fixture
