@@ -20,6 +20,7 @@ from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
+from rocketmq_spark.source.group import is_source_client
 
 QUERY_TIMEOUT_S = 300
 REPO = Path(__file__).resolve().parent.parent
@@ -27,8 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 # consumerConnection prints its members under this header, up to a blank line.
 CONNECTIONS_HEADER = "#ClientId"
-# How the source's client ids read in mqadmin (<ip>@rocketmq-spark-<id>).
-SOURCE_MARK = "@rocketmq-spark-"
 # mqadmin sees a commit or a member leave within a few triggers; allow for a loaded machine.
 SETTLE_S = 120
 SETTLE_POLL_S = 1.0
@@ -286,7 +285,7 @@ def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
 
 def source_members(rocketmq: ClusterHandle, group: str) -> list[str]:
     """The members of the group that are queries of this source."""
-    return [c for c in consumer_connections(rocketmq, group) if SOURCE_MARK in c]
+    return [c for c in consumer_connections(rocketmq, group) if is_source_client(c)]
 
 
 @dataclass

@@ -62,6 +62,15 @@ def _int_call(code: RequestCode, fields: Mapping[str, object], name: str) -> Cal
     return Call(code, fields, lambda response, address: int_field(accepted(response, code, address), name))
 
 
+def done_call(code: RequestCode, fields: Mapping[str, object], body: bytes = b"") -> Call[None]:
+    """A request whose answer says only that it was done (or the error why not)."""
+
+    def read(response: RemotingCommand, address: str) -> None:
+        accepted(response, code, address)
+
+    return Call(code, fields, read, body)
+
+
 # ----------------------------------------------------------------------- offsets
 
 
@@ -162,13 +171,8 @@ def all_consumer_offsets(broker_name: str) -> Call[dict[str, dict[int, int]]]:
 
 def update_consumer_offset(queue: MessageQueue, group: str, offset: int) -> Call[None]:
     """Store ``offset`` (the next offset to read) for the group on the queue."""
-    code = RequestCode.UPDATE_CONSUMER_OFFSET
     fields = {**_queue_fields(queue), "consumerGroup": group, "commitOffset": offset}
-
-    def read(response: RemotingCommand, address: str) -> None:
-        accepted(response, code, address)
-
-    return Call(code, fields, read)
+    return done_call(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
 
 
 @dataclass(frozen=True)

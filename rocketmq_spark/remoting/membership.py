@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rocketmq_spark.model import EXPRESSION_TAG
-from rocketmq_spark.remoting.calls import Call, accepted
+from rocketmq_spark.remoting.calls import Call, accepted, done_call
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ProtocolError
@@ -89,24 +89,14 @@ def heartbeat_body(client_id: str, group: str, subscriptions: Sequence[Subscript
 def heartbeat(client_id: str, group: str, subscriptions: Sequence[Subscription], *,
               consume_from_where: str, sub_version: int) -> Call[None]:
     """Register (or keep registered) the client in the group, on the connection it goes over."""
-    code = RequestCode.HEART_BEAT
     body = heartbeat_body(client_id, group, subscriptions, consume_from_where=consume_from_where,
                           sub_version=sub_version)
-
-    def read(response: RemotingCommand, address: str) -> None:
-        accepted(response, code, address)
-
-    return Call(code, {}, read, body)
+    return done_call(RequestCode.HEART_BEAT, {}, body)
 
 
 def unregister(client_id: str, group: str) -> Call[None]:
     """Leave the group at once, rather than when the connection closes or the member expires."""
-    code = RequestCode.UNREGISTER_CLIENT
-
-    def read(response: RemotingCommand, address: str) -> None:
-        accepted(response, code, address)
-
-    return Call(code, {"clientID": client_id, "consumerGroup": group}, read)
+    return done_call(RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": group})
 
 
 def consumer_ids(group: str) -> Call[list[str]]:

@@ -143,6 +143,7 @@ class OffsetReader:
         """Where the queues of the last routes are served (a broker each, or a proxy): safe to ask
         from another thread, as the routes are replaced whole, never changed in place."""
         return set(self._addresses.values())
+
     def reconnected(self) -> frozenset[str]:
         """Brokers this reader has reached over a new connection since it last asked (the first
         connection does not count).
