@@ -2,6 +2,8 @@
 
 Ports: ``ROCKETMQ_PORT_OFFSET`` moves every port the harness picks (these defaults and the tests'
 own clusters) by the same amount, so two checkouts can run their tests on one machine at once.
+A non-zero offset also gives the default cluster a work directory of its own (``work-<offset>``),
+so two runs in one checkout never record, stop or share each other's cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from integration.tls_setup import TLS_DISABLED
 from integration.tls_setup import proxy_settings as tls_proxy_settings
 from integration.versions import DEFAULT_VERSION, AclStyle, LogbackStyle, Release, release, selected_version
 
-DEFAULT_WORKDIR = Path(__file__).resolve().parent / "work"
 CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
 LOOPBACK = "127.0.0.1"
@@ -27,6 +28,7 @@ PROXY_MODE_CLUSTER = "cluster"
 PROXY_MODE_LOCAL = "local"
 
 PORT_OFFSET = int(os.environ.get("ROCKETMQ_PORT_OFFSET", "0"))
+DEFAULT_WORKDIR = Path(__file__).resolve().parent / ("work" if PORT_OFFSET == 0 else f"work-{PORT_OFFSET}")
 
 
 def shifted(port: int) -> int:
