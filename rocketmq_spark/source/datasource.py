@@ -1,6 +1,6 @@
 """The ``rocketmq`` data source: what ``spark.read/readStream.format("rocketmq")`` finds.
 
-When Spark asks what (measured on PySpark 4.3): ``load()`` creates the source and, unless
+When Spark asks what (measured on PySpark 4.0 to 4.3): ``load()`` creates the source and, unless
 the user gave a schema, calls ``schema()``; that is the first the source sees of its options, so
 it checks them there. Whether a stream or a batch read follows is only known later, when the query
 starts (``streamReader``) or the job is planned (``reader``); the rules of one kind only are
@@ -13,13 +13,13 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.schema import SCHEMA
+from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 
@@ -41,9 +41,11 @@ class RocketMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
             _check_schema(schema)
-            return RocketMQStreamReader(parse_options(self.options, streaming=True))
+            options = parse_options(self.options, streaming=True)
         except ConfigurationError as err:
-            return RefusedStreamReader(err)
+            return for_this_spark(RefusedStreamReader(err))
+        limited = options.max_messages_per_trigger is not None or options.min_messages_per_trigger is not None
+        return for_this_spark(RocketMQStreamReader(options), stores=options.commit_offsets, limited=limited)
 
 
 def _check_schema(schema: StructType) -> None:
@@ -56,7 +58,7 @@ def _check_schema(schema: StructType) -> None:
 class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A stream whose options are wrong: every call raises the error that says so.
 
-    PySpark's stream runner (``pyspark/sql/streaming/python_streaming_source_runner.py``, 4.3)
+    PySpark's stream runner (``pyspark/sql/streaming/python_streaming_source_runner.py``, 4.0 to 4.3)
     calls ``reader.stop()`` in a ``finally`` around ``streamReader()``; when that raises,
     ``reader`` is unbound and an ``UnboundLocalError`` ends the traceback Spark shows, after ours.
     Returning this reader instead lets the first call Spark makes raise our error alone.

@@ -1,14 +1,16 @@
 """The source's fixed row schema, in Spark's terms and as the Arrow schema of ``read()``'s batches.
 
-Spark checks every batch a Python source yields against ``to_arrow_schema(schema, "UTC")``, so
-the Arrow schema is derived from the Spark one by that same function rather than written twice.
+Spark checks every batch a Python source yields against the Arrow form of the Spark schema:
+timestamps in microseconds with the UTC zone, maps with a non-null key. PySpark's own converter
+is internal and changed its arguments between 4.1 and 4.2, so the Arrow schema is built here from
+the Spark one, type by type (a unit test holds it equal to PySpark's on every line).
 """
 
 from __future__ import annotations
 
-from pyspark.sql.pandas.types import to_arrow_schema
+import pyarrow as pa
 from pyspark.sql.types import (
-    BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
+    BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
 _STRING = StringType()
@@ -33,4 +35,24 @@ SCHEMA = StructType([
     StructField("flag", _INT),
 ])
 
-ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+_ARROW_TYPES: dict[type, pa.DataType] = {
+    StringType: pa.string(),
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    BinaryType: pa.binary(),
+    TimestampType: pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(spark_type: DataType) -> pa.DataType:
+    """The Arrow type Spark expects for one of the schema's types."""
+    if isinstance(spark_type, MapType):
+        return pa.map_(arrow_type(spark_type.keyType), arrow_type(spark_type.valueType))
+    return _ARROW_TYPES[type(spark_type)]
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    return pa.schema([pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in schema.fields])
+
+
+ARROW_SCHEMA = arrow_schema(SCHEMA)

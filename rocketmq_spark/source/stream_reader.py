@@ -1,10 +1,12 @@
 """The micro-batch reader on the driver: plans each batch's queue ranges and commits offsets.
 
-Spark calls ``latestOffset(start, limit)`` to plan a batch and ``commit(end)`` once a batch is in
-its commit log. ``commit`` trails by one batch and is never called for the last batch before a
+Written against PySpark 4.2's stream API; on 4.0 and 4.1 ``spark_api.PlainStreamReader`` drives
+it. Spark calls ``latestOffset(start, limit)`` to plan a batch and ``commit(end)`` once a batch is
+in its commit log. ``commit`` trails by one batch and is never called for the last batch before a
 query stops, while ``latestOffset(start)`` is only called once the batch ending at ``start`` is
 committed. So both store offsets on the broker: the broker then trails the sink by at most one
-trigger, and the final batch of an AvailableNow run is stored too.
+trigger, and the final batch of an AvailableNow run is stored too (on 4.2 and later; see
+``spark_api`` for 4.0 and 4.1).
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
-)
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import RocketMQError
@@ -29,6 +28,9 @@ from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
+from rocketmq_spark.source.spark_api import (
+    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+)
 from rocketmq_spark.source.starts import starting_offsets
 
 log = logging.getLogger(__name__)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
 from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
 from rocketmq_spark.source.schema import SCHEMA
+from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
 
 NOW_MS = 1_700_000_000_000
 BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}
@@ -158,9 +158,12 @@ def test_load_leaves_the_rules_of_one_kind_of_read_to_its_start() -> None:
 def test_a_stream_with_bad_options_fails_at_spark_s_first_call_with_our_error_alone() -> None:
     """streamReader() itself must not raise: PySpark's runner would add an UnboundLocalError."""
     reader = RocketMQDataSource({"nameServer": "h:1", "topic": "t"}).streamReader(SCHEMA)
-    assert isinstance(reader, RefusedStreamReader)
-    calls = [reader.initialOffset, reader.getDefaultReadLimit, reader.prepareForTriggerAvailableNow,
-             lambda: reader.latestOffset({}, ReadAllAvailable()), lambda: reader.commit({})]
+    refused = reader.source if isinstance(reader, PlainStreamReader) else reader
+    assert isinstance(refused, RefusedStreamReader)
+    calls = [refused.initialOffset, refused.getDefaultReadLimit, refused.prepareForTriggerAvailableNow,
+             lambda: refused.latestOffset({}, ReadAllAvailable()), lambda: refused.commit({})]
+    # And the first call of each API shape: initialOffset() on 4.2+, latestOffset() on 4.0/4.1.
+    calls += [PlainStreamReader(refused).latestOffset, PlainStreamReader(refused).initialOffset]
     for call in calls:
         with pytest.raises(ConfigurationError, match="option 'consumerGroup': is required for streams"):
             call()

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
@@ -22,6 +21,7 @@ from rocketmq_spark.source.offset_reader import CommitResult
 from rocketmq_spark.source.offsets import OffsetMap, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.members import FakeMembers
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call, parse_topic_stats
@@ -23,6 +22,7 @@ from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.members import MEMBERSHIP_CODES, FakeMembers
 

@@ -1,0 +1,159 @@
+"""What differs between the PySpark 4 lines, in one place: the rest of the source is written
+against the newest stream API and never asks which PySpark it runs on.
+
+PySpark 4.2 added admission control to Python stream readers: ``latestOffset(start, limit)``,
+``getDefaultReadLimit``, ``reportLatestOffset`` and ``SupportsTriggerAvailableNow``, in the
+module ``pyspark.sql.streaming.datasource``. On 4.0 and 4.1 that module does not exist and Spark
+calls ``latestOffset()`` with no argument. Measured there (``docs/offsets.md``), per query:
+
+- a new query: ``latestOffset()``, then ``initialOffset()``, then ``partitions(initial, end)``;
+- each later trigger: ``latestOffset()``, ``commit(previous end)`` if a batch follows, then
+  ``partitions(start, end)``; batches run one after another, so when ``latestOffset()`` comes,
+  every batch planned before it is in Spark's commit log;
+- a restart on a checkpoint: ``partitions(last, last)`` with the offset log's last end (Spark's
+  ``setLatestSeenOffset``), then ``partitions(start, end)`` again if that batch never committed;
+- ``Trigger.AvailableNow`` is Spark's single-batch fallback: one ``latestOffset()``, one batch,
+  and the planner process ends with neither ``commit`` nor ``stop``.
+
+So on 4.0 and 4.1 the source is wrapped in ``PlainStreamReader``, which knows where the next
+batch starts (the end of the last batch Spark planned, else the initial offsets) and hands the
+source its own read limit, as Spark 4.2 would.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyspark
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+log = logging.getLogger(__name__)
+
+
+class _ReadLimit:
+    """PySpark 4.2's read limits, for the source's own use on 4.0 and 4.1 (same names and fields)."""
+
+
+@dataclass
+class _ReadAllAvailable(_ReadLimit):
+    pass
+
+
+@dataclass
+class _ReadMinRows(_ReadLimit):
+    min_rows: int
+
+
+@dataclass
+class _ReadMaxRows(_ReadLimit):
+    max_rows: int
+
+
+class _SupportsTriggerAvailableNow(ABC):
+    @abstractmethod
+    def prepareForTriggerAvailableNow(self) -> None: ...
+
+
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+except ImportError:  # PySpark 4.0 and 4.1
+    ReadLimit, ReadAllAvailable, ReadMinRows, ReadMaxRows = (  # type: ignore[misc]
+        _ReadLimit, _ReadAllAvailable, _ReadMinRows, _ReadMaxRows)
+    SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[misc]
+    ADMISSION_CONTROL = False
+
+__all__ = ["ADMISSION_CONTROL", "AdmissionControlled", "PlainStreamReader", "ReadAllAvailable", "ReadLimit",
+           "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "for_this_spark"]
+
+
+class AdmissionControlled(Protocol):
+    """A stream reader in the shape of PySpark 4.2's API, which ``PlainStreamReader`` drives."""
+
+    def initialOffset(self) -> dict: ...
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict: ...
+    def getDefaultReadLimit(self) -> ReadLimit: ...
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]: ...
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]: ...
+    def commit(self, end: dict) -> None: ...
+    def stop(self) -> None: ...
+
+
+class PlainStreamReader(DataSourceStreamReader):
+    """The stream API of PySpark 4.0 and 4.1 over a reader written for 4.2's.
+
+    ``latestOffset()`` becomes ``latestOffset(start, default limit)``: ``start`` is where the next
+    batch begins, which Spark no longer says. It is the end of the last batch Spark planned
+    (``partitions``), or, before any, the initial offsets, which a new query asks for only after
+    its first ``latestOffset()`` and which are therefore computed once and kept.
+    """
+
+    def __init__(self, source: AdmissionControlled, notice: str | None = None) -> None:
+        self.source = source
+        self._initial: dict | None = None
+        self._next_start: dict | None = None
+        self._notice = notice  # said once, at the query's first call
+
+    def _started(self) -> None:
+        if self._notice:
+            log.warning(self._notice)
+            self._notice = None
+
+    def initialOffset(self) -> dict:
+        self._started()
+        if self._initial is None:
+            self._initial = self.source.initialOffset()
+        return self._initial
+
+    def latestOffset(self) -> dict:  # type: ignore[override]  # 4.0/4.1 take no argument
+        self._started()
+        start = self._next_start if self._next_start is not None else self.initialOffset()
+        return self.source.latestOffset(start, self.source.getDefaultReadLimit())
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._started()
+        self._next_start = end
+        if start == end:  # Spark telling a restarted reader where its query stands
+            return []
+        return self.source.partitions(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.source.read(partition)
+
+    def commit(self, end: dict) -> None:
+        self.source.commit(end)
+
+    def stop(self) -> None:
+        self.source.stop()
+
+
+def single_batch_notice(stores: bool, limited: bool) -> str:
+    """What an AvailableNow run does differently on this PySpark, said once at a query's start."""
+    notice = (f"PySpark {pyspark.__version__} runs Trigger.AvailableNow on a Python source as one micro-batch "
+              "(4.2 and later run it in as many batches as the limits ask)")
+    if stores:
+        notice += ("; Spark ends that run without telling the source, so the group's offsets on the broker reach "
+                   "the batch's end when the next run on the checkpoint plans its first batch")
+    if limited:
+        notice += ("; maxMessagesPerTrigger and minMessagesPerTrigger apply to that batch as to any trigger, so such "
+                   "a run reads at most maxMessagesPerTrigger messages, or none below minMessagesPerTrigger")
+    return notice
+
+
+def for_this_spark(reader: Any, stores: bool = False, limited: bool = False) -> DataSourceStreamReader:
+    """The reader as this PySpark calls it: as it is on 4.2+, wrapped on 4.0 and 4.1.
+
+    ``stores`` (the query stores offsets) and ``limited`` (it sets a per-trigger limit) say
+    whether the single-batch AvailableNow of 4.0 and 4.1 changes anything the user sees."""
+    if ADMISSION_CONTROL:
+        return reader  # type: ignore[no-any-return]
+    notice = single_batch_notice(stores, limited) if stores or limited else None
+    return PlainStreamReader(reader, notice)
