@@ -8,8 +8,10 @@
 # MAGIC `trigger` widget to an interval such as `1 minute` to keep it running. The last cell shows
 # MAGIC the group's lag.
 # MAGIC
-# MAGIC * **Compute**: a Databricks Runtime on Apache Spark 4.2 or later; classic (single user or
-# MAGIC   shared) clusters and serverless alike. The executors must reach the brokers at the
+# MAGIC * **Compute**: a Databricks Runtime on Apache Spark 4.0 or later (17.3 LTS and later);
+# MAGIC   classic (single user or shared) clusters and serverless alike. On 17.3 LTS and 18 LTS an
+# MAGIC   `availableNow` run is one batch, and the group's offsets on the broker reach its end when
+# MAGIC   the next run starts (see docs/spark-versions.md). The executors must reach the brokers at the
 # MAGIC   addresses the name server gives out, or point `name_server` at a RocketMQ 5 proxy's
 # MAGIC   remoting port.
 # MAGIC * **Secrets**: with ACL on, put the key and secret in a secret scope
@@ -24,14 +26,14 @@
 
 # COMMAND ----------
 
-# MAGIC %pip install --no-deps rocketmq-spark lz4 zstandard
+# MAGIC %pip install rocketmq-spark
 
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC `--no-deps` keeps pip from installing PySpark from PyPI over the runtime's own Spark; the
-# MAGIC runtime already has pyarrow, pandas and numpy. To install once for every notebook on a
-# MAGIC cluster instead, add `rocketmq-spark` (or the built wheel) as a cluster library: see
+# MAGIC The package does not require PySpark, so pip leaves the runtime's own Spark as it is and
+# MAGIC adds only what the source needs besides (pyarrow, lz4, zstandard). To install once for
+# MAGIC every notebook on a cluster instead, add `rocketmq-spark` (or the built wheel) as a cluster library: see
 # MAGIC docs/operations.md.
 
 # COMMAND ----------
