@@ -176,8 +176,9 @@ if settings["trigger"] == AVAILABLE_NOW or not ON_DATABRICKS:
 
 def lag_per_queue(progress: Any) -> dict[str, int]:
     """Messages behind per queue, from one progress report (its first and only source)."""
-    source = progress["sources"][0]
-    end, latest = json.loads(source["endOffset"]), json.loads(source["latestOffset"])
+    # From the report's JSON: its own fields are Python's notation, not JSON, on PySpark 4.0/4.1.
+    source = json.loads(progress.json)["sources"][0]
+    end, latest = source["endOffset"], source["latestOffset"] or {}
     return {f"{topic}/{broker}/{queue}": offset - end.get(topic, {}).get(broker, {}).get(queue, 0)
             for topic, brokers in latest.items() for broker, queues in brokers.items()
             for queue, offset in queues.items()}
