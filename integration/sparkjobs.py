@@ -13,9 +13,11 @@ built wheel and its dependencies, so no checkout can stand in for the installed 
     python -I integration/sparkjobs.py batch --classic -o nameServer=... -o topic=orders
     python -I integration/sparkjobs.py follow --classic --master 'local[2,4]' --sink DIR \
         --checkpoint DIR --stop-file FILE -o nameServer=... -o topic=orders -o consumerGroup=g
+    python -I integration/sparkjobs.py drive --classic --inbox DIR
 
 Every job but ``serve`` prints one JSON line last: ``{"result": {...}}`` or, when Spark refused,
-``{"error": {"type": ..., "message": ...}}``.
+``{"error": {"type": ..., "message": ...}}``. ``drive`` answers each request in its inbox the
+same way, in a file next to it (see ``drive``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import signal
 import sys
 import threading
@@ -47,6 +50,15 @@ SERVER_DRIVER_MEMORY = "1g"
 # What ``follow`` writes: enough to check each message arrived once, and where it came from.
 FOLLOW_COLUMNS = ("CAST(body AS STRING) AS body", "keys", "brokerName", "queueId", "queueOffset")
 FOLLOW_POLL_S = 0.5
+# ``drive``: how often it looks for the next request or a query's progress, how long it waits
+# for a request before it takes its test run for gone, and how many progress reports a query
+# keeps (Spark's default of 100 would drop a long stream's first batches from the record).
+DRIVE_POLL_S = 0.2
+DRIVE_IDLE_S = 900.0
+DRIVE_PROGRESS_KEPT = "10000"
+REQUEST_SUFFIX = ".request.json"
+ANSWER_SUFFIX = ".answer.json"
+END_OP = "end"
 
 
 def serve(port: int) -> None:
@@ -66,13 +78,13 @@ def serve(port: int) -> None:
         spark.stop()
 
 
-def session(args: argparse.Namespace) -> Any:
-    """A Connect client of ``--remote``, or a classic local session (``--master``)."""
+def session(args: argparse.Namespace, **conf: str) -> Any:
+    """A Connect client of ``--remote``, or a classic local session (``--master``, ``conf``)."""
     if args.remote:
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.remote(args.remote).getOrCreate()
-    return local_spark("rocketmq-spark-job", **({"spark.master": args.master} if args.master else {}))
+    return local_spark("rocketmq-spark-job", **conf, **({"spark.master": args.master} if args.master else {}))
 
 
 def reader(spark: Any, args: argparse.Namespace, streaming: bool) -> Any:
@@ -99,10 +111,14 @@ def stream(args: argparse.Namespace) -> dict[str, Any]:
         raise TimeoutError(f"the stream did not finish in {QUERY_TIMEOUT_S}s")
     # Attributes, not keys: a Connect client's progress may leave the top-level row count out.
     progress = [p for p in query.recentProgress if p.numInputRows > 0]
+    # What the sink holds, as Spark reads it (its log, not stray files).
+    read_back = ({"keys": [row["keys"] for row in spark.read.parquet(args.sink).select("keys").collect()]}
+                 if args.read_back else {})
     return {
         "rows": sum(p.numInputRows for p in progress),
         "batches": len(progress),
         "endOffset": progress[-1].sources[0].endOffset if progress else None,
+        **read_back,
         **where(spark),
     }
 
@@ -148,7 +164,126 @@ def follow(args: argparse.Namespace) -> dict[str, Any]:
             "drain_s": round(time.monotonic() - began, 1), **where(spark)}
 
 
-JOBS = {"stream": stream, "batch": batch, "follow": follow}
+class Driven:
+    """What ``drive``'s requests act on: the session, and the streams started by name."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.queries: dict[str, Any] = {}
+
+    def reader(self, options: dict[str, str], streaming: bool) -> Any:
+        read = (self.spark.readStream if streaming else self.spark.read).format("rocketmq")
+        for key, value in options.items():
+            read = read.option(key, value)
+        return read.load()
+
+    def where(self) -> dict[str, Any]:
+        return where(self.spark)
+
+    def start(self, name: str, options: dict[str, str], sink: str, checkpoint: str, columns: list[str],
+              trigger: dict[str, Any]) -> dict[str, Any]:
+        """Start a stream into parquet under ``name``; it runs until ``stop``."""
+        if name in self.queries:
+            raise ValueError(f"a query named {name} is running")
+        self.queries[name] = (self.reader(options, streaming=True).selectExpr(*columns).writeStream
+                              .format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
+                              .trigger(**trigger).start())
+        return {}
+
+    def wait(self, name: str, rows: int) -> dict[str, Any]:
+        """Until the stream has reported a trigger and read ``rows`` rows in all; its progress."""
+        query = self.queries[name]
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            # Raises the query's error if it failed.
+            if query.awaitTermination(DRIVE_POLL_S):
+                raise RuntimeError(f"the query {name} ended before reading {rows} rows")
+            progress = list(query.recentProgress)
+            if progress and sum(p.numInputRows for p in progress) >= rows:
+                return summary(progress)
+        raise TimeoutError(f"the query {name} did not read {rows} rows in {QUERY_TIMEOUT_S}s")
+
+    def stop(self, name: str) -> dict[str, Any]:
+        """Stop the stream; every trigger it reported."""
+        query = self.queries.pop(name)
+        query.stop()
+        return summary(list(query.recentProgress))
+
+    def available_now(self, options: dict[str, str], sink: str, checkpoint: str,
+                      columns: list[str]) -> dict[str, Any]:
+        """An AvailableNow run into parquet, to its end; every trigger it reported."""
+        query = (self.reader(options, streaming=True).selectExpr(*columns).writeStream.format("parquet")
+                 .option("path", sink).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        if not query.awaitTermination(QUERY_TIMEOUT_S):
+            query.stop()
+            raise TimeoutError(f"the AvailableNow run did not finish in {QUERY_TIMEOUT_S}s")
+        return summary(list(query.recentProgress))
+
+    def batch(self, options: dict[str, str], columns: list[str]) -> dict[str, Any]:
+        """A batch read; its rows, each a list of ``columns``, in no order."""
+        return {"rows": [list(row) for row in self.reader(options, streaming=False).selectExpr(*columns).collect()]}
+
+    def read(self, path: str, columns: list[str]) -> dict[str, Any]:
+        """What a parquet sink holds, as Spark reads it (its log, not stray files)."""
+        return {"rows": [list(row) for row in self.spark.read.parquet(path).selectExpr(*columns).collect()]}
+
+    def close(self) -> None:
+        for query in self.queries.values():
+            query.stop()
+        self.queries.clear()
+
+
+def summary(progress: list[Any]) -> dict[str, Any]:
+    """Each reported trigger's batch id, rows read and end offsets. The offsets come from the
+    report's JSON: PySpark 4.0 and 4.1 give ``SourceProgress.endOffset`` as a Python repr."""
+    return {"triggers": [{"batchId": p.batchId, "rows": p.numInputRows,
+                          "endOffset": json.loads(p.json)["sources"][0]["endOffset"]} for p in progress]}
+
+
+def drive(args: argparse.Namespace) -> dict[str, Any]:
+    """A classic session that serves the requests a test writes into ``--inbox``, in order, until a
+    ``end`` request: one Spark start for many scenarios, between which the test does its own
+    steps (producing messages, reading the broker). Request ``n`` is ``<n>.request.json``,
+    ``{"op": ..., "args": {...}}`` naming a method of ``Driven``; its answer, ``<n>.answer.json``,
+    is ``{"result": ...}`` or ``{"error": ...}``, each file written whole before it appears."""
+    driven = Driven(session(args, **{"spark.sql.streaming.numRecentProgressUpdates": DRIVE_PROGRESS_KEPT}))
+    inbox = Path(args.inbox)
+    served = 0
+    try:
+        while True:
+            request = next_request(inbox, served)
+            if request["op"] == END_OP:
+                break
+            try:
+                answer: dict[str, Any] = {"result": getattr(driven, request["op"])(**request["args"])}
+            except Exception as err:  # noqa: BLE001 - the test reads what Spark said
+                answer = {"error": {"type": type(err).__name__, "message": str(err)}}
+            write_whole(inbox / f"{served}{ANSWER_SUFFIX}", json.dumps(answer))
+            served += 1
+    finally:
+        driven.close()
+    return {"served": served, **driven.where()}
+
+
+def next_request(inbox: Path, number: int) -> dict[str, Any]:
+    path = inbox / f"{number}{REQUEST_SUFFIX}"
+    deadline = time.monotonic() + DRIVE_IDLE_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no request {number} in {DRIVE_IDLE_S:.0f}s")
+        time.sleep(DRIVE_POLL_S)
+    request: dict[str, Any] = json.loads(path.read_text())
+    return request
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` beside ``path`` and rename it there, so a reader never sees part of it."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
+JOBS = {"stream": stream, "batch": batch, "follow": follow, "drive": drive}
 
 
 def option(text: str) -> tuple[str, str]:
@@ -174,9 +309,13 @@ def parser() -> argparse.ArgumentParser:
         if name in ("stream", "follow"):
             p.add_argument("--sink", required=True)
             p.add_argument("--checkpoint", required=True)
+        if name == "stream":
+            p.add_argument("--read-back", action="store_true", help="answer with the keys the sink holds")
         if name == "follow":
             p.add_argument("--stop-file", required=True, help="stop following once this file exists")
             p.add_argument("--interval", default="0 seconds", help="the processing-time trigger's interval")
+        if name == "drive":
+            p.add_argument("--inbox", required=True, help="the folder the requests and answers go through")
     return top
 
 

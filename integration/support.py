@@ -83,6 +83,14 @@ def max_offsets(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int], in
             for row in rocketmq.tool("offsets", "--topic", topic, "--group", "offsets-probe")}
 
 
+def offsets_and_ends(rocketmq: ClusterHandle, topic: str,
+                     group: str) -> tuple[dict[tuple[str, int], int | None], dict[tuple[str, int], int]]:
+    """``stored_offsets`` and ``max_offsets`` read together, in one run of the tool."""
+    rows = rocketmq.tool("offsets", "--topic", topic, "--group", group)
+    return ({(row["broker"], row["queueId"]): row["consumerOffset"] for row in rows},
+            {(row["broker"], row["queueId"]): row["maxOffset"] for row in rows})
+
+
 def spark_offsets(nested: str | dict[str, Any], topic: str) -> dict[tuple[str, int], int]:
     """A stream's offsets for one topic (progress reports give them as JSON text), keyed like
     ``stored_offsets``."""
