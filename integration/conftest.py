@@ -20,6 +20,7 @@ import pytest
 
 from integration.cluster import Cluster, ClusterConfig
 from integration.connect import ConnectServer
+from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
 from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream
 from integration.versions import release, selected_version
@@ -87,3 +88,23 @@ def overhead(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Overhead:
         assert "option 'schema'" in error
     print(f"Spark alone: a stream fails after {stream_s:.1f} s, a batch read after {batch_s:.1f} s")
     return Overhead(stream_s, batch_s)
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+    """The sdist and wheel of the working tree, built once and checked with twine."""
+    return build_dist(REPO, tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def line_venvs(dist: Dist, request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[LineVenvs]:
+    """Virtualenvs of the wheel on each PySpark line (integration/lines.py): when the run has the
+    line tests, all of them start building now, in the background; else each on first use."""
+    venvs = LineVenvs(dist.wheel, tmp_path_factory.mktemp("lines"))
+    if any(item.get_closest_marker("spark_lines") for item in request.session.items):
+        venvs.prepare(LINES)
+    try:
+        yield venvs
+    finally:
+        venvs.remove()
