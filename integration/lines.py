@@ -3,9 +3,11 @@
 A user installs PySpark first and the package after it, and expects pip to leave that PySpark
 alone. ``line_venv`` does just that in a fresh virtualenv: PySpark of one line (with the unit
 tests' own needs) first, its version and location recorded, then the wheel with a plain
-``pip install``, and both recorded again with pip's output. ``Driver`` runs one
-``sparkjobs.py drive`` process in such a virtualenv, so a whole module of Spark scenarios costs
-one Spark start per line, and the test can produce messages or read the broker between steps.
+``pip install``, and both recorded again with pip's output. ``LineVenvs`` builds the lines in
+the background, one after another; ``UnitRun`` runs the unit tests against a line's installed
+wheel in the background; ``Driver`` runs one ``sparkjobs.py drive`` process with a line's
+interpreter, so a whole module of Spark scenarios costs one Spark start per line, and the test
+can produce messages or read the broker between steps.
 """
 
 from __future__ import annotations
@@ -166,8 +168,6 @@ class UnitRun:
         shutil.copytree(tests, workdir / tests.name)
         self.output = workdir / "unit.log"
         self.venv = venv
-        self.package = run(venv.python, "-I", "-c", "import rocketmq_spark; print(rocketmq_spark.__file__)",
-                           cwd=workdir, timeout=PROBE_TIMEOUT_S).strip()
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(
                 [venv.python, "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", tests.name],

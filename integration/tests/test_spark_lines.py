@@ -309,7 +309,9 @@ def test_a_topic_of_a_thousand_queues_is_read_and_streamed_exactly_once(
     assert sink_rows(driver, tmp_path / "sink", POSITIONS) == every
 
 
-def test_unit_tests_pass_against_the_installed_wheel(venv: LineVenv, unit_run: UnitRun) -> None:
-    assert unit_run.package.startswith(str(venv.root))
+def test_unit_tests_pass_against_the_installed_wheel(venv: LineVenv, unit_run: UnitRun, tmp_path: Path) -> None:
+    found = venv.run("-c", "import rocketmq_spark; print(rocketmq_spark.__file__)", cwd=tmp_path,
+                     timeout=UNIT_TIMEOUT_S)
+    assert found.stdout.startswith(str(venv.root)), found
     code, output = unit_run.wait(UNIT_TIMEOUT_S)
     assert code == 0, output
