@@ -174,11 +174,16 @@ if settings["trigger"] == AVAILABLE_NOW or not ON_DATABRICKS:
 # COMMAND ----------
 
 
+def offsets(value: Any) -> dict[str, Any]:
+    """A report's offsets: an object in its JSON, or JSON text again (over Spark Connect)."""
+    return (json.loads(value) if isinstance(value, str) else value) or {}
+
+
 def lag_per_queue(progress: Any) -> dict[str, int]:
     """Messages behind per queue, from one progress report (its first and only source)."""
     # From the report's JSON: its own fields are Python's notation, not JSON, on PySpark 4.0/4.1.
     source = json.loads(progress.json)["sources"][0]
-    end, latest = source["endOffset"], source["latestOffset"] or {}
+    end, latest = offsets(source["endOffset"]), offsets(source["latestOffset"])
     return {f"{topic}/{broker}/{queue}": offset - end.get(topic, {}).get(broker, {}).get(queue, 0)
             for topic, brokers in latest.items() for broker, queues in brokers.items()
             for queue, offset in queues.items()}
