@@ -49,8 +49,9 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 # of the wheel, which must leave that PySpark in place. Per line the unit tests against the
 # installed wheel, then one Spark process of that interpreter runs a committed stream restarted
 # on its checkpoint, AvailableNow, a time window, a new group from the last offset and a topic of
-# 2 x 512 queues against the real broker (integration/tests/test_spark_lines.py); then the
-# package tests above, sharing the 4.2 virtualenv. .ci/run runs it after make test.
+# 2 x 512 queues against the real broker (integration/tests/test_spark_lines.py); then the wheel
+# beside PySpark 3.5, where it must not import, and the package tests above, sharing the 4.2
+# virtualenv. About 6 minutes on 2 cores; .ci/run runs it after make test.
 spark-lines: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "package or spark_lines" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
