@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from integration.lines import LINES, Driver, LineVenv, LineVenvs, UnitRun
+from integration.lines import LINES, OUTPUT_TAIL, Driver, LineVenv, LineVenvs, UnitRun
 from integration.support import (
     ClusterHandle, create_topic, eventually, offsets_and_ends, position, produce, spark_offsets, store_times,
 )
@@ -224,8 +224,8 @@ def available_now_to_the_end(driver: Driver, venv: LineVenv, rocketmq: ClusterHa
 
 def test_installing_the_wheel_leaves_the_lines_pyspark_in_place(venv: LineVenv) -> None:
     assert venv.before.version == venv.line
-    assert venv.after == venv.before, venv.wheel_output[-4000:]
-    assert venv.pip_touched_pyspark() == [], venv.wheel_output[-4000:]
+    assert venv.after == venv.before, venv.wheel_output[-OUTPUT_TAIL:]
+    assert venv.pip_touched_pyspark() == [], venv.wheel_output[-OUTPUT_TAIL:]
 
 
 def test_the_lines_spark_runs_the_installed_package(venv: LineVenv, driver: Driver) -> None:

@@ -47,8 +47,8 @@ def test_the_distributions_carry_what_pypi_and_pip_need(dist: Dist) -> None:
     assert not {n for n in names if n.startswith(("tests/", "integration/", "bench/", "docs/"))}
     assert meta["Name"] == "rocketmq-spark" and meta["Version"] == rocketmq_spark.__version__
     assert meta["License"] == "Apache-2.0" and meta["Requires-Python"] == ">=3.10"
-    assert "LICENSE" in meta.get_all("License-File") and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    requires = meta.get_all("Requires-Dist")
+    assert "LICENSE" in meta.get_all("License-File", []) and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    requires: list[str] = meta.get_all("Requires-Dist", [])
     # An installed PySpark (a platform's, often where pip cannot see it) is never replaced: the
     # base requirements are what the source imports besides Spark, and PyPI's PySpark is an extra.
     base = {re.split(r"[<>=!~\[; ]", r)[0] for r in requires if "extra ==" not in r}
@@ -56,7 +56,7 @@ def test_the_distributions_carry_what_pypi_and_pip_need(dist: Dist) -> None:
     assert 'pyspark[sql]<5,>=4.0; extra == "spark"' in requires
     assert 'pyspark[connect]<5,>=4.0; extra == "connect"' in requires
     assert not [r for r in requires if r.startswith(("grpcio", "protobuf", "pandas"))], "PySpark's to declare"
-    assert "Framework :: Apache Spark" in meta.get_all("Classifier")
+    assert "Framework :: Apache Spark" in meta.get_all("Classifier", [])
     with tarfile.open(dist.sdist) as sdist:
         top = f"rocketmq_spark-{rocketmq_spark.__version__}"
         members = {m.name.removeprefix(f"{top}/") for m in sdist.getmembers()}
