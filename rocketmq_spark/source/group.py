@@ -136,6 +136,11 @@ class GroupWatch:
         """Where the stream is registered now (broker or proxy addresses)."""
         return frozenset(self._registered)
 
+    @property
+    def shared(self) -> bool:
+        """Whether others were registered in the group at the last round."""
+        return bool(self._reported)
+
     def start(self) -> None:
         self.round()
         self.check()
