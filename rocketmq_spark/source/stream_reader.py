@@ -129,7 +129,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
         earliest = dict(latest)
-        earliest.update(self.offsets.min_offsets([q for q in latest if start_map.get(q) != latest[q]]))
+        begins = {**start_map, **followed}
+        earliest.update(self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]]))
         # Queues whose broker is away keep their offsets until it is back.
         waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
         carried = {q: start_map[q] for q in waiting}

@@ -132,3 +132,13 @@ def test_stored_offsets_the_stream_wrote_itself_are_no_reset() -> None:
     assert resets.moved({A0: 50}, {A1: 25}) == {}
     assert resets.apply(OnOffsetReset.FOLLOW, "g", {A0: 50}, {A0: 50, A1: 3}) == {}
     assert resets.apply(OnOffsetReset.IGNORE, "g", {A0: 50}, {A0: 10}) == {}
+
+
+def test_a_reset_back_on_a_stream_with_nothing_new_replays_without_data_loss() -> None:
+    fake = FakeOffsets({A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake)
+    start = spark({A0: CAUGHT_UP, A1: CAUGHT_UP})
+    reader.latestOffset(start, ReadAllAvailable())
+    fake.stored.update({A0: 20, A1: 20})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert ranges(reader.partitions(start, end)) == [(A0, 20, CAUGHT_UP), (A1, 20, CAUGHT_UP)]
