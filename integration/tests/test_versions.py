@@ -39,7 +39,7 @@ import pytest
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, shifted
 from integration.support import (
     QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually,
-    fail_batch, first_offsets, max_offsets, produce, run_available_now, stored_offsets, stream,
+    fail_batch, first_offsets, max_offsets, produce, run_available_now, source_members, stored_offsets, stream,
 )
 from integration.versions import release, selected_version
 
@@ -426,6 +426,27 @@ def test_fail_stops_the_query_naming_the_reset_and_the_option(
     message = str(stream_.query.exception())
     assert "onOffsetReset=fail" in message and f"consumer group '{group}'" in message
     assert all(f"{topic}/{m['broker']}/{m['queueId']}" in message for m in second)
+
+
+def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
+                            topic: str) -> dict[tuple[str, int], int]:
+    """The queue offsets ``mqadmin consumerStatus -g <group> -i <client>`` prints under #Consumer Offset#."""
+    printed = rocketmq.mqadmin("consumerStatus", "-g", group, "-i", client_id)
+    section = printed.split("#Consumer Offset#", 1)[1].split("#Consumer MQ Detail#", 1)[0]
+    rows = (line.split() for line in section.splitlines())
+    return {(row[1], int(row[2])): int(row[3]) for row in rows if len(row) == 4 and row[0] == topic}
+
+
+def test_consumer_status_shows_the_running_streams_subscription_and_queues(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+    topic, group = unique("v-status"), unique("v-status-group")
+    first, second, _ = two_waves(rocketmq, topic)
+    stream_ = running(topic, group)
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    (member,) = eventually(lambda: source_members(rocketmq, group), "the stream is not listed as online")
+    summary = rocketmq.mqadmin("consumerStatus", "-g", group)
+    assert member in summary and "Same subscription in the same group of consumer" in summary
+    assert consumer_status_offsets(rocketmq, group, member, topic) == max_offsets(rocketmq, topic)
 
 
 # --------------------------------------------------------------------------- authentication

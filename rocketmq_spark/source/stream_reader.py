@@ -23,13 +23,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.client_requests import read_offset_reset
-from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.codes import RequestCode
-from rocketmq_spark.remoting.errors import ProtocolError, RocketMQError
+from rocketmq_spark.remoting.client_requests import QueueStanding
+from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source import resets
+from rocketmq_spark.source.broker_requests import BrokerRequests
 from rocketmq_spark.source.offsets import RESETS_KEY, OffsetMap, from_spark, resets_from_spark, to_spark
 from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
@@ -63,6 +62,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stored: OffsetMap = {}
         self._inbox: resets.ResetInbox | None = resets.ResetInbox()  # resets the brokers announce
         self._resets: OffsetMap = {}  # resets found and not yet planned for
+        self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
         self._away: frozenset[str] = frozenset()  # brokers whose queues wait for their return
@@ -92,8 +92,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.options.commit_offsets:
             return
         if self._watch is None:
-            self.offsets.client.serve(self._broker_request)  # before the first heartbeat
             self._watch = self._open_watch(self.options, self.offsets)
+            assert self._inbox is not None
+            self.offsets.client.serve(BrokerRequests(  # before the first heartbeat
+                self.options, self._inbox, self._standing, self._watch.subscriptions, self._watch.sub_version))
             self._watch.start()
         self._watch.check()
 
@@ -192,18 +194,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert group is not None
         self._resets.update(resets.moved(ours, self.offsets.group_offsets(ours, group)))
 
-    def _broker_request(self, request: RemotingCommand) -> RemotingCommand | None:
-        """A request a broker sends the registered stream (on the connection its heartbeats use)."""
-        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and self._inbox is not None:
-            try:
-                notice = read_offset_reset(request)
-            except ProtocolError as err:
-                log.warning("an offset reset notice from a broker could not be read: %s", err)
-                return None
-            if notice.group == self.options.consumer_group and notice.topic in self.options.topics:
-                self._inbox.put(notice.offsets)
-        return None
-
     def _note_away(self, away: frozenset[str]) -> None:
         """Log when brokers leave or return, not at every trigger while they are away."""
         if away - self._away:
@@ -234,7 +224,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         renew = [q for q in end_map if q not in reset and (q not in start_map or start_map[q] > end_map[q])]
         earliest = self.offsets.min_offsets(renew) if renew else {}
         full_start = {q: reset.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
+        self._batch = (full_start, end_map)
         return plan_partitions(self.options, full_start, end_map, self.offsets.address)
+
+    def _standing(self) -> dict[MessageQueue, QueueStanding]:
+        """Per queue, the stored offset and the last batch planned (what consumerStatus shows)."""
+        starts, ends = self._batch
+        stored = dict(self._stored)
+        queues = set(stored) | set(ends) | set(self._latest)
+        return {q: QueueStanding(stored.get(q, starts.get(q, 0)), starts.get(q, ends.get(q, stored.get(q, 0))),
+                                 ends.get(q, stored.get(q, 0))) for q in sorted(queues)}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketMQPartition)
