@@ -364,6 +364,14 @@ def keys_of(*waves: list[dict[str, Any]]) -> Counter[str]:
     return Counter(m["keys"] for wave in waves for m in wave)
 
 
+def just_before(wave: list[dict[str, Any]], times: dict[Position, int]) -> int:
+    """A reset time that lands on the wave's first message on every release: 5.x resets to the
+    first message stored at or after it, 4.9 to the one stored nearest it, and among messages sent
+    in one batch (one store time) to any of them, so the time is the wave's first store time less
+    1 ms (the wave before it was stored WAVE_GAP_S earlier)."""
+    return min(times[position(m)] for m in wave) - 1
+
+
 def reset_by_time(rocketmq: ClusterHandle, group: str, topic: str, timestamp_ms: int) -> str:
     return rocketmq.mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(timestamp_ms), "-f", "true")
 
@@ -374,7 +382,7 @@ def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group)
     stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, min(times[position(m)] for m in second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
     third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
     stream_.settled(rocketmq, topic, group, keys_of(first, second, second, third))
 
@@ -393,7 +401,7 @@ def test_reset_forward_skips_what_it_passes_over(
         rocketmq.mqadmin("skipAccumulatedMessage", "-g", group, "-t", topic)
         read: tuple[list[dict[str, Any]], ...] = ()
     else:
-        reset_by_time(rocketmq, group, topic, min(times[position(m)] for m in second))
+        reset_by_time(rocketmq, group, topic, just_before(second, times))
         read = (second,)
     third = produce(rocketmq, topic, 3 * WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
     stream_.settled(rocketmq, topic, group, keys_of(*read, third))
@@ -410,7 +418,7 @@ def test_an_ignored_reset_keeps_the_streams_position_and_its_own_stored_offsets(
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group, onOffsetReset="ignore")
     stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, min(times[position(m)] for m in second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
     third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
     stream_.settled(rocketmq, topic, group, keys_of(first, second, third))
 
@@ -421,7 +429,7 @@ def test_fail_stops_the_query_naming_the_reset_and_the_option(
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group, onOffsetReset="fail")
     stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, min(times[position(m)] for m in second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
     eventually(lambda: stream_.query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
     message = str(stream_.query.exception())
     assert "onOffsetReset=fail" in message and f"consumer group '{group}'" in message
