@@ -391,7 +391,8 @@ def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
 def test_reset_forward_skips_what_it_passes_over(
         rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tool: str) -> None:
     """The stream waits for more messages than there are (minMessagesPerTrigger), online in its
-    group, so that the operator's reset passes over messages it has not read."""
+    group, so that the operator's reset passes over messages it has not read; its next batch, when
+    enough have come after the reset offsets, starts there."""
     topic, group = unique("v-reset-fwd"), unique("v-reset-fwd-group")
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group, minMessagesPerTrigger=str(3 * WAVE))
@@ -433,7 +434,8 @@ def test_fail_stops_the_query_naming_the_reset_and_the_option(
     eventually(lambda: stream_.query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
     message = str(stream_.query.exception())
     assert "onOffsetReset=fail" in message and f"consumer group '{group}'" in message
-    assert all(f"{topic}/{m['broker']}/{m['queueId']}" in message for m in second)
+    # mqadmin resets one broker after the other: the first trigger after any of them stops the query.
+    assert any(f"{topic}/{m['broker']}/{m['queueId']}: " in message for m in second)
 
 
 def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,

@@ -62,6 +62,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stored: OffsetMap = {}
         self._inbox: resets.ResetInbox | None = resets.ResetInbox()  # resets the brokers announce
         self._resets: OffsetMap = {}  # resets found and not yet planned for
+        self._held: OffsetMap = {}  # resets followed by a batch that waits for more messages
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
@@ -146,7 +147,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
-            if not followed and self._waiting_for_more(sum(backlog(fixed, latest).values())):
+            if self._waiting_for_more(sum(backlog(fixed, latest).values())):
+                self._held = followed  # the batch that runs when enough is there starts there
                 return start
             end = latest
             if self.options.max_messages_per_trigger is not None:
@@ -165,13 +167,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         policy = self.options.on_offset_reset
         followed = resets.apply(policy, self.options.consumer_group or "", start, found)
         moved = {q: o for q, o in found.items() if q in start and start[q] != o}
+        held, self._held = self._held, {}
         if not moved:
-            return {}
+            return {q: o for q, o in held.items() if q in start}
         group = self.options.consumer_group
         if policy is OnOffsetReset.FOLLOW:
             log.warning("consumer group %s: offsets reset by an operator (%s); the next micro-batch starts there "
                         "(%s=follow)", group, resets.describe(moved, start), ON_OFFSET_RESET)
             self._store(followed)  # a 4.9 broker leaves storing them to the group's members
+            followed = {**{q: o for q, o in held.items() if q in start}, **followed}
         else:
             log.warning("consumer group %s: offsets reset by an operator (%s) are ignored (%s=ignore): the query goes "
                         "on from its checkpoint and stores its own offsets again", group,

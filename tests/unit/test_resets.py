@@ -18,7 +18,7 @@ from rocketmq_spark.remoting.errors import OffsetResetError
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
 from rocketmq_spark.source.options import OnOffsetReset
-from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows
+from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.unit.test_readers import A0, A1, TOPIC, FakeOffsets, ranges, spark, stream
 
@@ -142,3 +142,18 @@ def test_a_reset_back_on_a_stream_with_nothing_new_replays_without_data_loss() -
     fake.stored.update({A0: 20, A1: 20})
     end = reader.latestOffset(start, ReadAllAvailable())
     assert ranges(reader.partitions(start, end)) == [(A0, 20, CAUGHT_UP), (A1, 20, CAUGHT_UP)]
+
+
+def test_a_batch_held_for_more_messages_starts_at_the_reset_when_it_runs(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeOffsets({A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake, minMessagesPerTrigger="150")
+    start = spark({A0: 0, A1: 0})
+    assert reader.latestOffset(start, ReadMinRows(150)) == start  # 150 offsets are not there yet
+    fake.stored.update({A0: 40, A1: 40})  # reset forward: 20 left, still too few
+    with caplog.at_level(logging.WARNING, logger=STREAM_LOGGER):
+        assert reader.latestOffset(start, ReadMinRows(150)) == start
+        assert reader.latestOffset(start, ReadMinRows(150)) == start
+    assert len(caplog.records) == 1  # said once, when found
+    fake.ranges = {A0: (0, 140), A1: (0, 140)}
+    end = reader.latestOffset(start, ReadMinRows(150))
+    assert ranges(reader.partitions(start, end)) == [(A0, 40, 140), (A1, 40, 140)]
