@@ -448,7 +448,9 @@ def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
 
 
 def test_consumer_status_shows_the_running_streams_subscription_and_queues(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # consumerStatus writes each member's running info under the current directory
     topic, group = unique("v-status"), unique("v-status-group")
     first, second, _ = two_waves(rocketmq, topic)
     stream_ = running(topic, group)
