@@ -45,6 +45,8 @@ PIP_ACTIVITY = re.compile(r"^(Collecting|Downloading|Uninstalling|Successfully u
                           r"packages:|Successfully installed)\s*(.*)$")
 # PySpark in such a line's list: a requirement, a name, or a name-version (not pyspark_rocketmq).
 PYSPARK_TOKEN = re.compile(r"pyspark(?:$|[\[=<>~!;:]|-\d)", re.IGNORECASE)
+# A Java stack trace's frame lines, left out of the log a failure shows.
+STACK_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
 # What pip adds to say which requirement pulled a package in: "(from pyspark[sql]...)".
 WHY = re.compile(r"\s*\(from .*\)\s*$")
 
@@ -204,7 +206,8 @@ class Driver:
         """Send one request and wait for its answer; Spark's error, if it refused, as LineError."""
         answer = self._ask(op, args)
         if "error" in answer:
-            raise LineError(f"{op} failed: {answer['error']['type']}: {answer['error']['message'][:OUTPUT_TAIL]}")
+            raise LineError(f"{op} failed: {answer['error']['type']}: {answer['error']['message'][:OUTPUT_TAIL]}\n"
+                            f"The Spark process's log, stack traces left out:\n{self.notices()}")
         return answer["result"]
 
     def _ask(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -223,6 +226,11 @@ class Driver:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-OUTPUT_TAIL:]
+
+    def notices(self) -> str:
+        """The end of the log without Java stack frames: the warnings and errors a failure follows."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(line for line in lines if not STACK_FRAME.match(line))[-OUTPUT_TAIL:]
 
     def end(self) -> None:
         """Ask the process to stop its queries and Spark; end its process group if it lingers."""

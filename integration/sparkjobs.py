@@ -201,7 +201,10 @@ class Driven:
             progress = list(query.recentProgress)
             if progress and sum(p.numInputRows for p in progress) >= rows:
                 return summary(progress)
-        raise TimeoutError(f"the query {name} did not read {rows} rows in {QUERY_TIMEOUT_S}s")
+        progress = list(query.recentProgress)
+        raise TimeoutError(f"the query {name} did not read {rows} rows in {QUERY_TIMEOUT_S}s: it read "
+                           f"{sum(p.numInputRows for p in progress)}; status {query.status}; its triggers "
+                           f"{summary(progress)['triggers']}")
 
     def stop(self, name: str) -> dict[str, Any]:
         """Stop the stream; every trigger it reported."""
