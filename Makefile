@@ -32,7 +32,7 @@ $(RMQ_CLASSPATH): $(INSTALLED) integration/pom.xml integration/tool/pom.xml $(sh
 	$(PY) -m integration.cluster build --version $(ROCKETMQ_VERSION)
 
 # Every test but the package tests, the other PySpark lines and the fault tests (below), which
-# would take make test past 20 minutes on two cores.
+# would take make test from about 19 minutes to over 30 on two cores.
 test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "not package and not spark_lines and not faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
@@ -51,7 +51,7 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 # on its checkpoint, AvailableNow, a time window, a new group from the last offset and a topic of
 # 2 x 512 queues against the real broker (integration/tests/test_spark_lines.py); then the wheel
 # beside PySpark 3.5, where it must not import, and the package tests above, sharing the 4.2
-# virtualenv. About 6 minutes on 2 cores; .ci/run runs it after make test.
+# virtualenv. About 7 minutes on 2 cores; .ci/run runs it after make test.
 spark-lines: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "package or spark_lines" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
@@ -63,7 +63,7 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset against one release, e.g. make compat ROCKETMQ_VERSION=4.9.7 (about
-# 4 to 5 minutes on 5.x, where its cases also run through the proxy, and 2 on 4.9.7, on 2 cores;
+# 4 to 5 minutes on 5.x, where its cases also run through the proxy, and 2.5 on 4.9.7, on 2 cores;
 # see docs/running-rocketmq.md).
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
@@ -73,7 +73,7 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two
 # name servers gone, the Spark driver killed mid-batch, and a relay in front of one broker that
 # delays, stalls, resets and cuts its traffic (docs/operations.md#failures). A cluster of their own;
-# about 5 to 8 minutes on 2 cores.
+# about 6 minutes on 2 cores.
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status

@@ -14,7 +14,7 @@ queues a broker with as many messages per queue:
 and the source alone in this process (planning, the offset commit, reading every partition in
 one thread), to tell the source's time from Spark's. Every read is checked to deliver each
 message exactly once. Prints a table, writes JSON to bench/results/big_topic.json. The Spark
-measurements are in big_topic_spark.py; docs/performance.md ("Big topics") explains each figure.
+measurements are in big_topic_spark.py; docs/development/benchmarks.md ("Big topics") explains each figure.
 
     python bench/bench_big_topic.py [--queues-per-broker 512] [--messages-per-queue 10]
                                     [--compare-queues-per-broker 8] [--namesrv-port P]

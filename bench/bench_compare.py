@@ -17,7 +17,7 @@ steady rate to another topic,
 
 plus the peak memory of the Python worker processes and the CPU time of every process group
 (brokers, Java tool, Spark JVM, Python workers). It prints a table and writes it as JSON to
-bench/results/latest.json. See docs/performance.md.
+bench/results/latest.json. See docs/development/benchmarks.md (the method) and docs/performance.md (the results).
 
     python bench/bench_compare.py [--messages N] [--repeats R] [--rate MSG_PER_S]
                                   [--latency-seconds S] [--pull-batch-size N]

@@ -180,14 +180,16 @@ class _Reader:
             raise ConfigurationError(name, "is required", fix)
         return value
 
-    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+    def choice(self, name: str, allowed: tuple[str, ...], default: str, *, also: tuple[str, ...] = ()) -> str:
+        """One of ``allowed``, any case; the error names ``also`` too (kinds of value, such as JSON
+        offsets, that the caller told apart before)."""
         value = self.get(name)
         if value is None:
             return default
         for option in allowed:
             if value.upper() == option.upper():
                 return option
-        raise ConfigurationError(name, f"unknown value '{value}'", f"Use one of: {', '.join(allowed)}")
+        raise ConfigurationError(name, f"unknown value '{value}'", f"Use one of: {', '.join(allowed + also)}")
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self.get(name)
@@ -342,7 +344,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     else:
         named = (StartingMode.GROUP, StartingMode.EARLIEST, StartingMode.LATEST)
         starting_mode = StartingMode(reader.choice(
-            STARTING_OFFSETS, tuple(m.value for m in named) + ("JSON offsets",), default_mode.value).lower())
+            STARTING_OFFSETS, tuple(m.value for m in named), default_mode.value, also=("JSON offsets",)).lower())
     starting_timestamp = reader.epoch_ms(STARTING_TIMESTAMP)
     if starting_timestamp is not None and starting_mode is StartingMode.SPECIFIC:
         raise ConfigurationError(STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}",

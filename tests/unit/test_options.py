@@ -133,6 +133,9 @@ LOAD_ERRORS = [
     ({**BASE, "consumeFromWhere": "FROM_START"}, "option 'consumeFromWhere': unknown value 'FROM_START'"),
     ({**BASE, "pullTimeoutMs": "3s"}, "option 'pullTimeoutMs': '3s' is not a positive whole number"),
     ({**BASE, "endingOffsets": "{"}, "option 'endingOffsets': malformed offsets"),
+    # The words of the error's own list of kinds are no value.
+    ({**BASE, "startingOffsets": "JSON offsets"}, "option 'startingOffsets': unknown value 'JSON offsets'"),
+    ({**BASE, "startingOffsets": "first"}, "option 'startingOffsets': unknown value 'first'"),
     ({"topic": "t"}, "option 'nameServer': is required"),
     ({**BASE, "secretkey": "s"}, "option 'accessKey': is required with the other ACL credential"),
 ]
