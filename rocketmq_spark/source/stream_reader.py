@@ -196,7 +196,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return  # another member's commits are not an operator's reset
         group = self.options.consumer_group
         assert group is not None
-        self._resets.update(resets.moved(ours, self.offsets.group_offsets(ours, group)))
+        found = self.offsets.group_offsets(ours, group)
+        # A broker back from a crash may have answered over its first new connection, with what it
+        # had flushed before it went down: older than what the stream stored, and no operator's doing.
+        back = self._forget_reconnected()
+        self._resets.update(resets.moved(ours, {q: o for q, o in found.items() if q.broker_name not in back}))
 
     def _note_away(self, away: frozenset[str]) -> None:
         """Log when brokers leave or return, not at every trigger while they are away."""
@@ -274,10 +278,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
                         "tries again", len(result.failed), self.options.consumer_group, queue, err)
 
-    def _forget_reconnected(self) -> None:
+    def _forget_reconnected(self) -> frozenset[str]:
+        """Forget what was stored on brokers reached over a new connection since the last call
+        (it is stored again); those brokers."""
         again = self.offsets.reconnected()
         if again:
             self._stored = {q: o for q, o in self._stored.items() if q.broker_name not in again}
+        return again
 
     def stop(self) -> None:
         if self._watch is not None:

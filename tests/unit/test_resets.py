@@ -157,3 +157,39 @@ def test_a_batch_held_for_more_messages_starts_at_the_reset_when_it_runs(caplog:
     fake.ranges = {A0: (0, 140), A1: (0, 140)}
     end = reader.latestOffset(start, ReadMinRows(150))
     assert ranges(reader.partitions(start, end)) == [(A0, 40, 140), (A1, 40, 140)]
+
+
+class CrashedBroker(FakeOffsets):
+    """broker-a crashed and is back: the request for the group's offsets is the first over a new
+    connection, and it answers with offsets older than the stream's last store (the ones it had
+    flushed before it went down)."""
+
+    def __init__(self, flushed: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.flushed = flushed
+        self.crashed = False
+
+    def group_offsets(self, queues: Any, group: str) -> dict[MessageQueue, int]:
+        if self.crashed:
+            self.crashed = False
+            self.reconnects.add("broker-a")
+            self.stored = {q: self.flushed if q.broker_name == "broker-a" else o for q, o in self.stored.items()}
+        return super().group_offsets(queues, group)
+
+
+def test_a_broker_back_from_a_crash_with_older_stored_offsets_is_no_reset(caplog: pytest.LogCaptureFixture) -> None:
+    fake = CrashedBroker(flushed=20, queues={A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake)
+    start = spark({A0: CAUGHT_UP, A1: CAUGHT_UP})
+    reader.latestOffset(start, ReadAllAvailable())
+    fake.crashed = True
+    fake.ranges = {A0: (0, END), A1: (0, END)}
+    with caplog.at_level(logging.WARNING, logger=STREAM_LOGGER):
+        end = reader.latestOffset(start, ReadAllAvailable())
+    assert caplog.records == []
+    assert RESETS_KEY not in end
+    assert ranges(reader.partitions(start, end)) == [(A0, CAUGHT_UP, END), (A1, CAUGHT_UP, END)]
+    assert fake.stored == {A0: CAUGHT_UP, A1: CAUGHT_UP}  # the stream's own offsets, stored again
+    # An operator's reset after that is seen again.
+    fake.stored[A0] = 30
+    assert resets_from_spark(reader.latestOffset(end, ReadAllAvailable())) == {A0: 30}
