@@ -27,6 +27,10 @@ class FakeMembers:
         self.sent: list[tuple[str, int]] = []  # (address, request code), in order
         self.heartbeats: list[dict[str, Any]] = []  # bodies, as the broker reads them
         self.down: set[str] = set()
+        self.handler: Any = None  # what answers the requests a broker sends the member on its own
+
+    def serve(self, handler: Any) -> None:
+        self.handler = handler
 
     def listed(self, address: str) -> set[str]:
         return self.others | self.members.setdefault(address, set())

@@ -17,7 +17,11 @@ Where releases differ underneath, the source has to make up for it:
 * mqadmin lists a group's progress (``consumerProgress -g``) only once the group's retry topic
   exists, which only a heartbeat creates: the stream registers in its group for that;
 * authentication is ACL 1.0 (plain_acl.yml) on 4.9 and ACL 2.0 on 5.x;
-* 4.9 has no proxy: on 5.x the cases run through the proxy's remoting port as well.
+* 4.9 has no proxy: on 5.x the cases run through the proxy's remoting port as well;
+* an operator's offset reset (``mqadmin resetOffsetByTime``, ``skipAccumulatedMessage``) reaches a
+  running stream differently: a 5.x broker stores the reset offsets and answers the group's next
+  pull on each queue with OFFSET_MOVED, a 4.9 broker sends the online members
+  RESET_CONSUMER_CLIENT_OFFSET and stores nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, shifted
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, fail_batch,
-    first_offsets, max_offsets, produce, run_available_now, stored_offsets, stream,
+    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually,
+    fail_batch, first_offsets, max_offsets, produce, run_available_now, source_members, stored_offsets, stream,
 )
 from integration.versions import release, selected_version
 
@@ -75,6 +79,7 @@ ACL_NAMESRV_PORT = shifted(17876)
 ACL_BROKER_PORT = shifted(18911)
 # What both releases say of a wrong secret ("Check signature failed for accessKey=..." on 4.9).
 ACL_SIGNATURE_FAILED = "check signature failed"
+RESET_TRIGGER = "1 second"
 
 
 def position(message: dict[str, Any]) -> Position:
@@ -309,6 +314,154 @@ def test_exactly_once_across_a_restart(
     keys = Counter(row.keys for row in spark.read.parquet(str(sink)).select("keys").collect())
     assert keys == Counter(m["keys"] for m in first + second), "a message is missing or came twice"
     assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+
+
+# --------------------------------------------------------------------------- an operator's reset
+
+
+@dataclass
+class Running:
+    """A stream running a trigger a second into a memory sink, online in its group."""
+
+    query: Any
+    spark: Any
+    table: str
+
+    def keys(self) -> Counter[str]:
+        return Counter(row.keys for row in self.spark.sql(f"SELECT keys FROM {self.table}").collect())
+
+    def settled(self, rocketmq: ClusterHandle, topic: str, group: str, expected: Counter[str]) -> None:
+        """Wait until the sink holds ``expected`` rows in all and the stored offsets are the queues' ends;
+        then the sink must hold exactly ``expected`` and the query must still run."""
+        total = sum(expected.values())
+        eventually(lambda: self.query.exception() is not None or sum(self.keys().values()) >= total,
+                   f"the sink did not reach {total} rows", QUERY_TIMEOUT_S)
+        assert self.query.exception() is None, self.query.exception()
+        ends = max_offsets(rocketmq, topic)
+        eventually(lambda: stored_offsets(rocketmq, topic, group) == ends, "stored offsets did not reach the end")
+        assert self.keys() == expected
+        assert self.query.isActive
+
+
+@pytest.fixture
+def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    queries: list[Any] = []
+
+    def start(topic: str, group: str, endpoint: str | None = None, **options: str) -> Running:
+        table = f"reset_sink_{len(queries)}_{int(time.time() * 1000)}"
+        query = (stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, **options)
+                 .select("keys")
+                 .writeStream.format("memory").queryName(table)
+                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=RESET_TRIGGER).start())
+        queries.append(query)
+        return Running(query, spark, table)
+
+    yield start
+    for query in queries:
+        query.stop()
+
+
+def keys_of(*waves: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(m["keys"] for wave in waves for m in wave)
+
+
+def just_before(wave: list[dict[str, Any]], times: dict[Position, int]) -> int:
+    """A reset time that lands on the wave's first message on every release: 5.x resets to the
+    first message stored at or after it, 4.9 to the one stored nearest it, and among messages sent
+    in one batch (one store time) to any of them, so the time is the wave's first store time less
+    1 ms (the wave before it was stored WAVE_GAP_S earlier)."""
+    return min(times[position(m)] for m in wave) - 1
+
+
+def reset_by_time(rocketmq: ClusterHandle, group: str, topic: str, timestamp_ms: int) -> str:
+    return rocketmq.mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(timestamp_ms), "-f", "true")
+
+
+def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, endpoint: str) -> None:
+    """Through a 5.x proxy too: there the stream is the proxy's client, not the brokers', so the
+    reset reaches it only as the stored offsets the proxy reads from the brokers for it."""
+    topic, group = unique("v-reset-back"), unique("v-reset-back-group")
+    first, second, times = two_waves(rocketmq, topic)
+    stream_ = running(topic, group, endpoint=endpoint)
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
+    third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    stream_.settled(rocketmq, topic, group, keys_of(first, second, second, third))
+
+
+@pytest.mark.parametrize("tool", ["resetOffsetByTime", "skipAccumulatedMessage"])
+def test_reset_forward_skips_what_it_passes_over(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tool: str) -> None:
+    """The stream waits for more messages than there are (minMessagesPerTrigger), online in its
+    group, so that the operator's reset passes over messages it has not read; its next batch, when
+    enough have come after the reset offsets, starts there."""
+    topic, group = unique("v-reset-fwd"), unique("v-reset-fwd-group")
+    first, second, times = two_waves(rocketmq, topic)
+    stream_ = running(topic, group, minMessagesPerTrigger=str(3 * WAVE))
+    eventually(lambda: stored_offsets(rocketmq, topic, group) == first_offsets_of(rocketmq, topic),
+               "the waiting stream did not store where it stands")
+    if tool == "skipAccumulatedMessage":
+        rocketmq.mqadmin("skipAccumulatedMessage", "-g", group, "-t", topic)
+        read: tuple[list[dict[str, Any]], ...] = ()
+    else:
+        reset_by_time(rocketmq, group, topic, just_before(second, times))
+        read = (second,)
+    third = produce(rocketmq, topic, 3 * WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    stream_.settled(rocketmq, topic, group, keys_of(*read, third))
+
+
+def first_offsets_of(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int], int]:
+    """Where each queue of a topic never trimmed starts: 0."""
+    return {queue: 0 for queue in max_offsets(rocketmq, topic)}
+
+
+def test_an_ignored_reset_keeps_the_streams_position_and_its_own_stored_offsets(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+    topic, group = unique("v-reset-ignore"), unique("v-reset-ignore-group")
+    first, second, times = two_waves(rocketmq, topic)
+    stream_ = running(topic, group, onOffsetReset="ignore")
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
+    third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    stream_.settled(rocketmq, topic, group, keys_of(first, second, third))
+
+
+def test_fail_stops_the_query_naming_the_reset_and_the_option(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+    topic, group = unique("v-reset-fail"), unique("v-reset-fail-group")
+    first, second, times = two_waves(rocketmq, topic)
+    stream_ = running(topic, group, onOffsetReset="fail")
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
+    eventually(lambda: stream_.query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
+    message = str(stream_.query.exception())
+    assert "onOffsetReset=fail" in message and f"consumer group '{group}'" in message
+    # mqadmin resets one broker after the other: the first trigger after any of them stops the query.
+    assert any(f"{topic}/{m['broker']}/{m['queueId']}: " in message for m in second)
+
+
+def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
+                            topic: str) -> dict[tuple[str, int], int]:
+    """The queue offsets ``mqadmin consumerStatus -g <group> -i <client>`` prints under #Consumer Offset#."""
+    printed = rocketmq.mqadmin("consumerStatus", "-g", group, "-i", client_id)
+    section = printed.split("#Consumer Offset#", 1)[1].split("#Consumer MQ Detail#", 1)[0]
+    rows = (line.split() for line in section.splitlines())
+    return {(row[1], int(row[2])): int(row[3]) for row in rows if len(row) == 4 and row[0] == topic}
+
+
+def test_consumer_status_shows_the_running_streams_subscription_and_queues(
+        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # consumerStatus writes each member's running info under the current directory
+    topic, group = unique("v-status"), unique("v-status-group")
+    first, second, _ = two_waves(rocketmq, topic)
+    stream_ = running(topic, group)
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    (member,) = eventually(lambda: source_members(rocketmq, group), "the stream is not listed as online")
+    summary = rocketmq.mqadmin("consumerStatus", "-g", group)
+    assert member in summary and "Same subscription in the same group of consumer" in summary
+    assert consumer_status_offsets(rocketmq, group, member, topic) == max_offsets(rocketmq, topic)
 
 
 # --------------------------------------------------------------------------- authentication

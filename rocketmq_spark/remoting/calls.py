@@ -169,6 +169,24 @@ def all_consumer_offsets(broker_name: str) -> Call[dict[str, dict[int, int]]]:
     return Call(code, {"bname": broker_name}, read)
 
 
+def group_offsets(topic: str, group: str, broker_name: str) -> Call[dict[MessageQueue, int]]:
+    """The group's stored offset of every queue of the topic on one broker, in one answer
+    (GET_CONSUME_STATS, what ``mqadmin consumerProgress`` reads); a queue without one reads 0.
+    A proxy does not serve it (REQUEST_CODE_NOT_SUPPORTED)."""
+    code = RequestCode.GET_CONSUME_STATS
+
+    def read(response: RemotingCommand, address: str) -> dict[MessageQueue, int]:
+        accepted(response, code, address)
+        try:
+            table = fastjson.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            return {MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"])):
+                    int(value["consumerOffset"]) for key, value in (table.items() if isinstance(table, dict) else table)}
+        except (AttributeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as err:
+            raise ProtocolError(f"consume stats of {group} on {broker_name} are malformed: {err!r}") from err
+
+    return Call(code, {"consumerGroup": group, "topic": topic, "bname": broker_name}, read)
+
+
 def update_consumer_offset(queue: MessageQueue, group: str, offset: int) -> Call[None]:
     """Store ``offset`` (the next offset to read) for the group on the queue."""
     fields = {**_queue_fields(queue), "consumerGroup": group, "commitOffset": offset}

@@ -19,7 +19,9 @@ from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Me
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
 from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.connection import Connection, ConnectionFactory, ConnectionPool, Reply
+from rocketmq_spark.remoting.connection import (
+    Connection, ConnectionFactory, ConnectionPool, Reply, ServerRequestHandler,
+)
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, RocketMQError,
 )
@@ -83,6 +85,7 @@ class RocketMQClient:
             raise ValueError("at least one name server address is needed")
         self.config = config
         self._tls = client_context(config)
+        self._on_request: ServerRequestHandler | None = None
         self._pool = ConnectionPool(self._connector(reader_thread=True))
         # Pulls go over connections of the calling thread that it reads itself: the answer to a
         # pull then reaches its thread without a hand-over from a reader thread. Held weakly here,
@@ -103,6 +106,15 @@ class RocketMQClient:
         """Connections opened to the address for requests other than pulls (see ConnectionPool.opened)."""
         return self._pool.opened(address)
 
+    def serve(self, handler: ServerRequestHandler | None) -> None:
+        """Answer the requests servers send on their own on this client's connections (not the
+        pulls'): where a consumer group member is registered, a broker asks it things."""
+        self._on_request = handler
+
+    def _server_request(self, request: RemotingCommand) -> RemotingCommand | None:
+        handler = self._on_request
+        return None if handler is None else handler(request)
+
     def close(self) -> None:
         self._pool.close()
         with self._pull_pools_lock:
@@ -112,11 +124,12 @@ class RocketMQClient:
 
     def _connector(self, *, reader_thread: bool) -> ConnectionFactory:
         config, tls = self.config, self._tls
+        served = self._server_request if reader_thread else None
 
         def connect(address: str) -> Connection:
             try:
                 return Connection(address, connect_timeout=config.connect_timeout, tls_context=tls,
-                                  reader_thread=reader_thread)
+                                  reader_thread=reader_thread, on_request=served)
             except ConnectionFailedError as err:
                 if isinstance(err.__cause__, ssl.SSLCertVerificationError):
                     raise certificate_error(address, err.__cause__, config) from err.__cause__

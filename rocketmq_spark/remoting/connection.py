@@ -15,6 +15,7 @@ how callers reconnect: the next request to that address opens a new socket.
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import ssl
 import threading
@@ -25,6 +26,8 @@ from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
 from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
 from rocketmq_spark.remoting.tls_channel import TlsChannel
+
+log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 1024 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -37,6 +40,10 @@ _PLAIN_REFUSED_HINT = ("; nothing was answered on it, as a server that accepts o
 # What a server without TLS does to a handshake: it closes the connection or answers in plain text.
 _TLS_REFUSED_HINT = ("the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): "
                      "if so, leave tls unset")
+
+
+# What answers a request the server sends on its own: the response to send back, or None.
+ServerRequestHandler = Callable[[RemotingCommand], "RemotingCommand | None"]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -89,11 +96,13 @@ class Connection:
         tls_context: ssl.SSLContext | None = None,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
         reader_thread: bool = True,
+        on_request: ServerRequestHandler | None = None,
     ) -> None:
         """``reader_thread=False``: no thread of its own; whoever waits for a response reads the
         socket. One thread at a time may use such a connection, and it saves that thread a
         hand-over per response."""
         self.address = address
+        self._on_request = on_request
         host, port = split_address(address)
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -221,11 +230,33 @@ class Connection:
 
     def _dispatch(self, command: RemotingCommand) -> None:
         if not command.is_response:
-            return  # a server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)
+            self._serve(command)
+            return
         with self._state_lock:
             pending = self._pending.pop(command.opaque, None)
         if pending is not None:  # None: the caller already gave up on it
             pending.settle(command, None)
+
+    def _serve(self, request: RemotingCommand) -> None:
+        """Answer a request the server sent on its own, on this connection, as its handler says."""
+        if self._on_request is None:
+            return
+        try:
+            response = self._on_request(request)
+        except Exception:  # noqa: BLE001 - the handler's failure must not end the connection
+            log.warning("could not answer %s's request %s", self.address, request.code, exc_info=True)
+            return
+        if response is None or request.is_oneway:
+            return
+        response.opaque = request.opaque
+        response.flag |= codes.FLAG_RESPONSE
+        frame = encode_frame(response)
+        try:
+            with self._send_lock:
+                self._sock.sendall(frame)
+        except OSError as err:
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost while answering: {err}",
+                                             self.address))
 
     def _fail(self, error: RocketMQError) -> None:
         with self._state_lock:

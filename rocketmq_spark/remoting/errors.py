@@ -98,6 +98,10 @@ class DataLossError(RocketMQError):
     """Offsets a query needs no longer exist on the broker."""
 
 
+class OffsetResetError(RocketMQError):
+    """An operator reset the group's offsets under a query that was told to stop then."""
+
+
 # Codes after which the same request can succeed later: the server is busy or
 # is going away and asks the client to use another connection. FLOW_CONTROL is
 # the busy signal the Java pull consumers back off on.

@@ -119,10 +119,10 @@ class GroupWatch:
         self._fail = options.fail_on_shared_group
         self._interval_s = interval_s
         tags = options.tag_filter
-        self._subscriptions = [Subscription(topic, options.sub_expression, options.expression_type, tags)
+        self.subscriptions = [Subscription(topic, options.sub_expression, options.expression_type, tags)
                                for topic in options.topics]
         self._consume_from_where = options.consume_from_where.value
-        self._sub_version = int(time.time() * MS_PER_SECOND)
+        self.sub_version = int(time.time() * MS_PER_SECOND)
         self._registered: set[str] = set()  # addresses where the last heartbeat was accepted
         self._reported: frozenset[str] = frozenset()
         self._error: ConfigurationError | None = None
@@ -135,6 +135,11 @@ class GroupWatch:
     def registered(self) -> frozenset[str]:
         """Where the stream is registered now (broker or proxy addresses)."""
         return frozenset(self._registered)
+
+    @property
+    def shared(self) -> bool:
+        """Whether others were registered in the group at the last round."""
+        return bool(self._reported)
 
     def start(self) -> None:
         self.round()
@@ -175,8 +180,8 @@ class GroupWatch:
             if others:
                 self._leave()
                 return
-            call = membership.heartbeat(self.client_id, self.group, self._subscriptions,
-                                        consume_from_where=self._consume_from_where, sub_version=self._sub_version)
+            call = membership.heartbeat(self.client_id, self.group, self.subscriptions,
+                                        consume_from_where=self._consume_from_where, sub_version=self.sub_version)
             beaten = self._ask([(a, call) for a in answers], "register in")
             self._registered = set(beaten)
 

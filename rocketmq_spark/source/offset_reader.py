@@ -75,6 +75,7 @@ class OffsetReader:
         self._addresses: dict[MessageQueue, str] = {}
         self._routes_at: float | None = None
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
+        self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
         self._opened: dict[str, int] = {}  # connections opened per broker address, at the last look
         self._tables: set[tuple[str, str]] = set()  # (broker name, topic) holding the group's offsets
@@ -293,6 +294,28 @@ class OffsetReader:
             entries = tables[(queue.broker_name, self.address(queue))].get(f"{queue.topic}@{group}", {})
             stored[queue] = entries.get(queue.queue_id)
         return stored
+
+    def group_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int]:
+        """The group's stored offsets, as cheaply as the brokers allow: one answer per topic and
+        broker where they serve consume stats, else one per queue. One attempt: a queue whose
+        broker does not answer now is left out."""
+        wanted = [q for q in queues if q in self._addresses]
+        by_table = sorted({(q.topic, q.broker_name, self._addresses[q]) for q in wanted
+                           if self._addresses[q] not in self._no_group_stats})
+        found: dict[MessageQueue, int] = {}
+        outcomes = self.client.call_many([(a, calls.group_offsets(topic, group, broker))
+                                          for topic, broker, a in by_table]) if by_table else []
+        for (_, _, address), outcome in zip(by_table, outcomes):
+            if isinstance(outcome, ProtocolError) or (
+                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
+                self._no_group_stats.add(address)  # from now on, queue by queue
+            elif not isinstance(outcome, RocketMQError):
+                found.update(outcome)
+        rest = [q for q in wanted if self._addresses[q] in self._no_group_stats]
+        answers = self.client.call_many([(self._addresses[q], calls.query_consumer_offset(q, group))
+                                         for q in rest]) if rest else []
+        found.update({q: a.offset for q, a in zip(rest, answers) if not isinstance(a, RocketMQError) and a.offset is not None and not a.unsure})
+        return {q: found[q] for q in wanted if q in found}
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
         """Store each queue's next offset to read for the group: one round of requests once the

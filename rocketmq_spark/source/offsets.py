@@ -3,6 +3,10 @@
 Spark checkpoints a stream's offsets as JSON objects; users write starting and ending offsets
 the same way. Both use ``{"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}``, where an offset
 is always the next offset to read (ranges are ``[start, end)``).
+
+The end offsets of a batch that follows an operator's reset also carry, under ``RESETS_KEY``, where
+each reset queue starts in that batch (in the same nested form): the batch then reads from there
+rather than from the previous batch's end, and reads the same rows whenever it is run again.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from rocketmq_spark.model import MessageQueue
 
 OffsetMap = dict[MessageQueue, int]
 NAMESPACE_SEPARATOR = "%"
+# Not a possible topic name: RocketMQ's topic names are letters, digits, '%', '|', '_' and '-'.
+RESETS_KEY = "@resets"
 
 
 def with_namespace(resource: str, namespace: str | None) -> str:
@@ -29,12 +35,20 @@ def without_namespace(resource: str, namespace: str | None) -> str:
     return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
 
 
-def to_spark(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, dict[str, int]]]:
-    """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON)."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
+def to_spark(offsets: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int] | None = None) -> dict[str, Any]:
+    """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON), with
+    the batch's followed resets, if any."""
+    out: dict[str, Any] = {}
     for queue in sorted(offsets):
         out.setdefault(queue.topic, {}).setdefault(queue.broker_name, {})[str(queue.queue_id)] = offsets[queue]
+    if resets:
+        out[RESETS_KEY] = to_spark(resets)
     return out
+
+
+def resets_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
+    """Where the batch ending at ``nested`` starts each queue an operator's reset moved."""
+    return from_spark(nested.get(RESETS_KEY) or {})
 
 
 def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> OffsetMap:
@@ -43,6 +57,8 @@ def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> Offse
         raise ValueError("the top level must be an object of topics")
     offsets: OffsetMap = {}
     for topic, brokers in nested.items():
+        if topic == RESETS_KEY:
+            continue
         if not isinstance(brokers, Mapping):
             raise ValueError(f"topic '{topic}' must map broker names to objects of queue ids")
         full_topic = with_namespace(topic, namespace)

@@ -54,6 +54,7 @@ TLS = "tls"
 TLS_TRUST_CERT_PATH = TRUST_OPTION
 TLS_VERIFY = VERIFY_OPTION
 NAMESPACE = "namespace"
+ON_OFFSET_RESET = "onOffsetReset"
 
 ALL_OPTIONS = (
     NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
@@ -61,7 +62,7 @@ ALL_OPTIONS = (
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
     MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE,
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
-    NAMESPACE,
+    NAMESPACE, ON_OFFSET_RESET,
 )
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself may add to a source's map.
@@ -93,6 +94,14 @@ class ConsumeFromWhere(enum.Enum):
     CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class OnOffsetReset(enum.Enum):
+    """What a running stream does when an operator resets its group's offsets (docs/offsets.md)."""
+
+    FOLLOW = "follow"
+    IGNORE = "ignore"
+    FAIL = "fail"
 
 
 class StartingMode(enum.Enum):
@@ -128,6 +137,7 @@ class SourceOptions:
     fail_on_shared_group: bool
     pull_batch_size: int
     namespace: str | None
+    on_offset_reset: OnOffsetReset = OnOffsetReset.FOLLOW
     # How long the driver and the tasks of a running query retry what a retry can fix (a broker
     # restarting), and how long a query's start does: one request timeout, as a failure there
     # almost always means a wrong address or an unreachable network.
@@ -401,6 +411,8 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
         pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
         namespace=namespace,
+        on_offset_reset=OnOffsetReset(reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset),
+                                                    OnOffsetReset.FOLLOW.value)),
         retry=retry,
         start_retry=retry.within(client.request_timeout),
     )

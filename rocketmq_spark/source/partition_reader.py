@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.errors import ProtocolError, RocketMQError
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -39,6 +39,9 @@ TASK_PULLS_IN_FLIGHT = 16
 # commit log briefly after a broker restart. Wait this long before calling it lost.
 MISSING_DATA_WAIT_S = 5.0
 MISSING_DATA_POLL_S = 0.25
+# OFFSET_MOVED answers to offsets the queue holds that one range takes as reset notices (a 5.x
+# broker sends one per reset of the group's offset on the queue) before it calls the broker broken.
+RESET_NOTICES_PER_RANGE = 8
 
 
 _clients: dict[ClientConfig, RocketMQClient] = {}
@@ -118,6 +121,7 @@ class _RangeRead:
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
         self.sent: deque[tuple[int, int, _InFlight]] = deque()
+        self.moved = 0  # OFFSET_MOVED answers so far
 
     @property
     def done(self) -> bool:
@@ -157,6 +161,10 @@ class _RangeRead:
             return found
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = _offset_moved(self.part, self.rng, start, result)
+            self.moved += 1
+            if resume == start and self.moved > RESET_NOTICES_PER_RANGE:
+                raise ProtocolError(f"{self.rng.queue}: the broker answers OFFSET_MOVED to offset {start} again and "
+                                    f"again although it holds [{result.min_offset}, {result.max_offset})")
         else:  # NO_NEW_MSG below the planned end
             resume = _missing(self.client, self.part, self.rng, start, self.missing_wait_s)
         # Start over from there; pulls still on the wire are left to finish unread.
@@ -211,14 +219,25 @@ class _InFlight:
 
 
 def _offset_moved(part: RocketMQPartition, rng: ReadRange, offset: int, result: PullResult) -> int:
-    """The broker no longer has ``offset``: below its min (expired) or above its max (gone backwards)."""
-    corrected = result.next_begin_offset
-    if corrected > offset:
-        lost_to = min(corrected, rng.end)
+    """Where to go on after an OFFSET_MOVED answer to a pull at ``offset``.
+
+    The queue's bounds in the answer decide, not its next begin offset: a 5.x broker also answers
+    OFFSET_MOVED, once, to the group's first pull on a queue after an operator reset its offsets,
+    with the reset offset as the next begin offset. The planned range still exists then, so it is
+    pulled again from ``offset``; the driver follows the reset in the batches it plans next. Only
+    an offset below the queue's first (expired) or above its end (gone backwards) is lost.
+    """
+    if offset < result.min_offset:
+        lost_to = min(result.min_offset, rng.end)
         on_data_loss([DataLoss.expired(rng.queue, offset, lost_to, result.min_offset)], part.fail_on_data_loss)
         return lost_to
-    on_data_loss([DataLoss.went_backwards(rng.queue, offset, rng.end, result.max_offset)], part.fail_on_data_loss)
-    return rng.end
+    if offset > result.max_offset:
+        on_data_loss([DataLoss.went_backwards(rng.queue, offset, rng.end, result.max_offset)],
+                     part.fail_on_data_loss)
+        return rng.end
+    log.info("%s: the broker moved the group's offset to %d (an operator's reset); offset %d of this batch is "
+             "read as planned", rng.queue, result.next_begin_offset, offset)
+    return offset
 
 
 def _missing(client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int, wait_s: float) -> int:

@@ -7,6 +7,9 @@ query stops, while ``latestOffset(start)`` is only called once the batch ending 
 committed. So both store offsets on the broker: the broker then trails the sink by at most one
 trigger, and the final batch of an AvailableNow run is stored too (on 4.2 and later; see
 ``spark_api`` for 4.0 and 4.1).
+
+Before storing, the driver looks for an operator's reset of the group (``resets.py``) and plans the
+next batch by ``onOffsetReset``.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.offsets import OffsetMap, from_spark, to_spark
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source import resets
+from rocketmq_spark.source.broker_requests import BrokerRequests
+from rocketmq_spark.source.offsets import RESETS_KEY, OffsetMap, from_spark, resets_from_spark, to_spark
+from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
@@ -54,6 +60,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reader: OffsetReader | None = None
         self._watch: GroupWatch | None = None
         self._stored: OffsetMap = {}
+        self._inbox: resets.ResetInbox | None = resets.ResetInbox()  # resets the brokers announce
+        self._resets: OffsetMap = {}  # resets found and not yet planned for
+        self._held: OffsetMap = {}  # resets followed by a batch that waits for more messages
+        self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
         self._away: frozenset[str] = frozenset()  # brokers whose queues wait for their return
@@ -64,6 +74,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_reader"] = None
         state["_watch"] = None
+        state["_inbox"] = None
         return state
 
     @property
@@ -83,6 +94,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self._watch is None:
             self._watch = self._open_watch(self.options, self.offsets)
+            assert self._inbox is not None
+            self.offsets.client.serve(BrokerRequests(  # before the first heartbeat
+                self.options, self._inbox, self._standing, self._watch.subscriptions, self._watch.sub_version))
             self._watch.start()
         self._watch.check()
 
@@ -107,7 +121,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map = from_spark(start)
         addresses = self.offsets.queues(missing_ok=True)
         self._group()  # before anything is stored: a shared group may be an error
-        self._store(start_map)  # the batch that ended at start is in Spark's commit log
+        followed = self._follow_resets(start_map)
+        # The batch that ended at start is in Spark's commit log; a followed reset is stored instead.
+        self._store({q: o for q, o in start_map.items() if q not in followed})
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
         latest = self.offsets.max_offsets(addresses)
         if self._target is not None:
@@ -116,7 +132,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
         earliest = dict(latest)
-        earliest.update(self.offsets.min_offsets([q for q in latest if start_map.get(q) != latest[q]]))
+        begins = {**start_map, **followed}
+        earliest.update(self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]]))
         # Queues whose broker is away keep their offsets until it is back.
         waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
         carried = {q: start_map[q] for q in waiting}
@@ -124,19 +141,66 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Queues that appeared since the query started are read from their first message.
         full_start = {q: start_map.get(q, earliest[q]) for q in latest}
         full_start.update({q: o for q, o in start_map.items() if q not in latest and q not in carried})
+        full_start.update({q: o for q, o in followed.items() if q in full_start})
         fixed = checked_starts(full_start, earliest, latest, self.options.fail_on_data_loss)
 
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
             if self._waiting_for_more(sum(backlog(fixed, latest).values())):
+                self._held = followed  # the batch that runs when enough is there starts there
                 return start
             end = latest
             if self.options.max_messages_per_trigger is not None:
                 end = rate_limit(fixed, latest, self.options.max_messages_per_trigger)
         if end != fixed:
             self._last_batch_ms = _now_ms()
-        return to_spark({**carried, **end})
+        planned = {**carried, **end}
+        if not followed and RESETS_KEY in start and planned == start_map:
+            return start  # no new batch: the last one's resets are not new either
+        return to_spark(planned, {q: o for q, o in followed.items() if q in planned})
+
+    def _follow_resets(self, start: OffsetMap) -> OffsetMap:
+        """Where the next batch starts the queues an operator reset (``onOffsetReset``)."""
+        self._find_resets()
+        found, self._resets = self._resets, {}
+        policy = self.options.on_offset_reset
+        followed = resets.apply(policy, self.options.consumer_group or "", start, found)
+        moved = {q: o for q, o in found.items() if q in start and start[q] != o}
+        held, self._held = self._held, {}
+        if not moved:
+            return {q: o for q, o in held.items() if q in start}
+        group = self.options.consumer_group
+        if policy is OnOffsetReset.FOLLOW:
+            log.warning("consumer group %s: offsets reset by an operator (%s); the next micro-batch starts there "
+                        "(%s=follow)", group, resets.describe(moved, start), ON_OFFSET_RESET)
+            self._store(followed)  # a 4.9 broker leaves storing them to the group's members
+            followed = {**{q: o for q, o in held.items() if q in start}, **followed}
+        else:
+            log.warning("consumer group %s: offsets reset by an operator (%s) are ignored (%s=ignore): the query goes "
+                        "on from its checkpoint and stores its own offsets again", group,
+                        resets.describe(moved, start), ON_OFFSET_RESET)
+            for queue in moved:
+                self._stored.pop(queue, None)
+        return followed
+
+    def _find_resets(self) -> None:
+        """Add the resets brokers announced and the stored offsets someone else changed."""
+        if not self.options.commit_offsets:
+            return
+        self._forget_reconnected()
+        if self._inbox is not None:
+            self._resets.update(self._inbox.take())
+        ours = {q: o for q, o in self._stored.items() if q not in self._resets}
+        if not ours or (self._watch is not None and self._watch.shared):
+            return  # another member's commits are not an operator's reset
+        group = self.options.consumer_group
+        assert group is not None
+        found = self.offsets.group_offsets(ours, group)
+        # A broker back from a crash may have answered over its first new connection, with what it
+        # had flushed before it went down: older than what the stream stored, and no operator's doing.
+        back = self._forget_reconnected()
+        self._resets.update(resets.moved(ours, {q: o for q, o in found.items() if q.broker_name not in back}))
 
     def _note_away(self, away: frozenset[str]) -> None:
         """Log when brokers leave or return, not at every trigger while they are away."""
@@ -163,10 +227,21 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map, end_map = from_spark(start), from_spark(end)
         # New queues, and queues that went backwards (their start is past their end), begin at
         # their min offset; latestOffset has already applied the data-loss policy to the latter.
-        renew = [q for q in end_map if q not in start_map or start_map[q] > end_map[q]]
+        # Queues an operator reset start where the batch's end offsets say (they are in the offset log).
+        reset = resets_from_spark(end)
+        renew = [q for q in end_map if q not in reset and (q not in start_map or start_map[q] > end_map[q])]
         earliest = self.offsets.min_offsets(renew) if renew else {}
-        full_start = {q: earliest.get(q, start_map.get(q, 0)) for q in end_map}
+        full_start = {q: reset.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
+        self._batch = (full_start, end_map)
         return plan_partitions(self.options, full_start, end_map, self.offsets.address)
+
+    def _standing(self) -> dict[MessageQueue, QueueStanding]:
+        """Per queue, the stored offset and the last batch planned (what consumerStatus shows)."""
+        starts, ends = self._batch
+        stored = dict(self._stored)
+        queues = set(stored) | set(ends) | set(self._latest)
+        return {q: QueueStanding(stored.get(q, starts.get(q, 0)), starts.get(q, ends.get(q, stored.get(q, 0))),
+                                 ends.get(q, stored.get(q, 0))) for q in sorted(queues)}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketMQPartition)
@@ -175,7 +250,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ----------------------------------------------------------------- commit
 
     def commit(self, end: dict) -> None:
-        self._store(from_spark(end))
+        # latestOffset has stored this end already, unless Spark calls in an order not seen so far.
+        self._store({q: o for q, o in from_spark(end).items() if q not in self._resets})
 
     def _store(self, offsets: Mapping[MessageQueue, int]) -> None:
         """Store what changed since the last store; a failure is retried at the next trigger.
@@ -186,9 +262,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.options.commit_offsets:
             return
-        again = self.offsets.reconnected()
-        if again:
-            self._stored = {q: o for q, o in self._stored.items() if q.broker_name not in again}
+        self._forget_reconnected()
         changed = {q: o for q, o in offsets.items() if self._stored.get(q) != o}
         if not changed:
             return
@@ -203,6 +277,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queue, err = next(iter(result.failed.items()))
             log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
                         "tries again", len(result.failed), self.options.consumer_group, queue, err)
+
+    def _forget_reconnected(self) -> frozenset[str]:
+        """Forget what was stored on brokers reached over a new connection since the last call
+        (it is stored again); those brokers."""
+        again = self.offsets.reconnected()
+        if again:
+            self._stored = {q: o for q, o in self._stored.items() if q.broker_name not in again}
+        return again
 
     def stop(self) -> None:
         if self._watch is not None:

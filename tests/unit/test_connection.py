@@ -198,6 +198,37 @@ def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], Scripte
     conn.close()
 
 
+def test_a_request_from_the_server_is_answered_by_the_handler_on_the_same_connection(
+        serve: Callable[[Handler], ScriptedServer]) -> None:
+    """How a broker asks a registered group member for its running info: the handler's answer goes
+    back with the request's opaque, marked as a response; a one-way notice gets no answer."""
+    answers: list[RemotingCommand] = []
+
+    def ask_then_answer(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
+        if req.is_response:  # the client's answer to the server's request
+            answers.append(req)
+            return []
+        notice = RemotingCommand(code=codes.RequestCode.RESET_CONSUMER_CLIENT_OFFSET, opaque=900,
+                                 flag=codes.FLAG_ONEWAY)
+        ask = RemotingCommand(code=codes.RequestCode.GET_CONSUMER_RUNNING_INFO, opaque=901)
+        return [notice, ask, answer(req)]
+
+    seen: list[int] = []
+
+    def handler(request: RemotingCommand) -> RemotingCommand:
+        seen.append(request.code)
+        return RemotingCommand(code=codes.ResponseCode.SUCCESS, body=b"info")
+
+    server = serve(ask_then_answer)
+    conn = Connection(server.address, connect_timeout=5.0, on_request=handler)
+    assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS
+    conn.request(request(), timeout=5.0)  # the server reads the client's answer before this one
+    conn.close()
+    assert seen[:2] == [codes.RequestCode.RESET_CONSUMER_CLIENT_OFFSET, codes.RequestCode.GET_CONSUMER_RUNNING_INFO]
+    (first, *_) = answers
+    assert (first.opaque, first.is_response, first.body) == (901, True, b"info")
+
+
 def test_many_threads_share_one_connection(serve: Callable[[Handler], ScriptedServer]) -> None:
     conn = connect(serve(lambda req, _: [answer(req, n=req.ext_fields["n"])]), reader_thread=True)
     results: dict[int, str] = {}

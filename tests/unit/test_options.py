@@ -10,7 +10,7 @@ import pytest
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
-from rocketmq_spark.source.options import ConsumeFromWhere, StartingMode, parse_options
+from rocketmq_spark.source.options import ConsumeFromWhere, OnOffsetReset, StartingMode, parse_options
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
 
@@ -40,6 +40,7 @@ def test_stream_defaults() -> None:
     assert opts.starting_mode is StartingMode.GROUP
     assert opts.max_trigger_delay_ms == 15 * 60 * 1000
     assert (opts.fail_on_data_loss, opts.commit_offsets, opts.pull_batch_size) == (True, True, 32)
+    assert opts.on_offset_reset is OnOffsetReset.FOLLOW
 
 
 def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
@@ -52,7 +53,7 @@ def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
 def test_names_are_case_insensitive_and_values_parsed() -> None:
     opts = stream(NAMESERVER="a:1;b:2", TOPIC=" x , y ,x", maxmessagespertrigger="100",
                   MAXTRIGGERDELAY="30s", subexpression="TagA || TagB", pullbatchsize="64",
-                  consumefromwhere="consume_from_first_offset", failondataloss="FALSE")
+                  consumefromwhere="consume_from_first_offset", failondataloss="FALSE", ONOFFSETRESET="Ignore")
     assert opts.client.name_servers == ("a:1", "b:2")
     assert opts.topics == ("x", "y")
     assert opts.max_messages_per_trigger == 100
@@ -61,6 +62,7 @@ def test_names_are_case_insensitive_and_values_parsed() -> None:
     assert opts.pull_batch_size == 64
     assert opts.consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
     assert opts.fail_on_data_loss is False
+    assert opts.on_offset_reset is OnOffsetReset.IGNORE
 
 
 def test_consume_timestamp_in_rocketmq_format_or_epoch_ms() -> None:
@@ -101,6 +103,7 @@ def test_json_starting_offsets_and_namespace() -> None:
          "exceeds"),
         (True, {**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "30s"),
         (True, {**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss", "true, false"),
+        (True, {**BASE, "onOffsetReset": "replay"}, "onOffsetReset", "follow, ignore, fail"),
         (True, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
         (True, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
         (True, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),

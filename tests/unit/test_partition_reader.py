@@ -49,6 +49,7 @@ class FakeQueue:
         self.failure: Exception = RequestTimeoutError("no answer in time")
         self.most_active = 0
         self.served = 0  # messages answered so far
+        self.reset_to: int | None = None  # an operator's reset the next pull is told of (5.x), once
 
     def tag(self, offset: int) -> str:
         return self.tags.get(offset, "TagA")
@@ -75,6 +76,9 @@ class FakeQueue:
         if self.failures:
             self.failures.pop(0)  # the first pending failure hits this answer
             raise self.failure
+        if self.reset_to is not None:
+            reset_to, self.reset_to = self.reset_to, None
+            return PullResult(PullStatus.OFFSET_ILLEGAL, reset_to, self.min_offset, self.max_offset, b"")
         if offset < self.min_offset or offset > self.max_offset:
             corrected = self.min_offset if offset < self.min_offset else self.max_offset
             return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"")
@@ -202,6 +206,36 @@ def test_expired_offsets_fail_the_read_by_default(broker: list[FakeQueue]) -> No
 def test_expired_offsets_are_skipped_when_allowed(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(300, min_offset=100))
     assert offsets(broker, partition(0, 300, fail_on_data_loss=False)) == list(range(100, 300))
+
+
+@pytest.mark.parametrize("reset_to", [0, 25, 120, 300])
+@pytest.mark.parametrize("pull_batch_size", [1, 5, 32])
+def test_an_offset_moved_notice_inside_the_range_is_not_data_loss(broker: list[FakeQueue], reset_to: int,
+                                                                   pull_batch_size: int) -> None:
+    """A 5.x broker answers the group's first pull after an operator's reset with OFFSET_MOVED and
+    the reset offset (back, forward or at the end): the planned range is still there, read once."""
+    queue = FakeQueue(300)
+    queue.reset_to = reset_to
+    broker.append(queue)
+    assert offsets(broker, partition(50, 100, pull_batch_size=pull_batch_size)) == list(range(50, 100))
+    assert queue.reset_to is None  # the notice was answered, and nothing was reported lost
+
+
+def test_offsets_beyond_the_queues_end_are_lost_as_beyond_it(broker: list[FakeQueue]) -> None:
+    broker.append(FakeQueue(40))
+    with pytest.raises(DataLossError, match=r"offsets \[50, 100\) are beyond the queue's end 40"):
+        offsets(broker, partition(50, 100))
+
+
+def test_a_broker_that_keeps_moving_a_held_offset_fails_the_read(broker: list[FakeQueue]) -> None:
+    class Moving(FakeQueue):
+        def answer(self, offset: int, *rest: Any) -> PullResult:
+            self.reset_to = 0
+            return super().answer(offset, *rest)
+
+    broker.append(Moving(300))
+    with pytest.raises(ProtocolError, match="OFFSET_MOVED to offset 50 again"):
+        offsets(broker, partition(50, 100))
 
 
 def test_offsets_the_broker_no_longer_has_are_lost_after_a_wait(broker: list[FakeQueue]) -> None:

@@ -77,6 +77,9 @@ class FakeOffsets:
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         return {q: self.stored.get(q) for q in queues}
 
+    def group_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int]:
+        return {q: self.stored[q] for q in queues if q in self.stored and q.broker_name not in self.away}
+
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
         routable = {q: o for q, o in offsets.items() if q.broker_name not in self.away}
         self.stored.update(routable)

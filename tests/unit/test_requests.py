@@ -71,6 +71,9 @@ class FakeBrokers:
         self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
         return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
 
+    def serve(self, handler: Any) -> None:
+        """Requests brokers send the stream's client on their own: none in these tests."""
+
     def connections_opened(self, address: str) -> int:
         return self.connections.setdefault(address, 1)
 
@@ -115,6 +118,15 @@ class FakeBrokers:
                 for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
             )
             return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + table + '}}').encode())
+        if code == RequestCode.GET_CONSUME_STATS:
+            if not self.topic_stats:  # a proxy serves neither
+                return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
+            table = ",".join(
+                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
+                + json.dumps({"brokerOffset": high, "consumerOffset": self.stored.get(q, 0), "lastTimestamp": 0})
+                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
+            )
+            return RemotingCommand(ResponseCode.SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + table + '}}').encode())
         queue = MessageQueue(str(fields["topic"]), str(fields["bname"]), int(fields["queueId"]))  # type: ignore[call-overload]
         if code == RequestCode.GET_MAX_OFFSET:
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.max[queue])})
@@ -166,13 +178,14 @@ def idle_trigger(reader: RocketMQStreamReader, end: dict[str, Any], brokers: Fak
 
 
 @pytest.mark.parametrize("queues_per_broker", [16, 256])
-def test_an_idle_trigger_asks_each_broker_once_per_topic(queues_per_broker: int) -> None:
+def test_an_idle_trigger_asks_each_broker_twice_per_topic(queues_per_broker: int) -> None:
+    """The group's stored offsets (has an operator reset them?), then the queues' offsets."""
     brokers = FakeBrokers(queues_per_broker)
     reader, end = started(brokers)
     assert brokers.stored == brokers.max  # the first batch was committed on every queue
     sent = idle_trigger(reader, end, brokers)
-    assert sent == [RequestCode.GET_TOPIC_STATS_INFO] * (BROKERS * len(TOPICS))
-    assert len(sent) <= 3 * BROKERS * len(TOPICS)
+    per_topic = BROKERS * len(TOPICS)
+    assert sent == [RequestCode.GET_CONSUME_STATS] * per_topic + [RequestCode.GET_TOPIC_STATS_INFO] * per_topic
 
 
 def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
@@ -184,16 +197,20 @@ def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
     assert counts[0] == counts[1]
 
 
-def test_without_topic_stats_an_idle_trigger_asks_only_for_max_offsets() -> None:
-    """A 5.x proxy serves no per-topic answer: one request per queue, but no min offsets where
-    nothing can have been lost, and all of them back to back."""
+def test_without_topic_stats_an_idle_trigger_asks_only_for_stored_and_max_offsets() -> None:
+    """A 5.x proxy serves no per-topic answer: one request per queue for the group's stored
+    offsets and one for its max offset, but no min offsets where nothing can have been lost, each
+    kind back to back."""
     brokers = FakeBrokers(64, topic_stats=False)
     reader, end = started(brokers)
+    idle_trigger(reader, end, brokers)  # the first check of stored offsets learns the proxy has no consume stats
     rounds = brokers.rounds
     sent = idle_trigger(reader, end, brokers)
-    assert sent == [RequestCode.GET_MAX_OFFSET] * (BROKERS * 64 * len(TOPICS))
-    assert brokers.rounds - rounds == 1
+    queues = BROKERS * 64 * len(TOPICS)
+    assert sent == [RequestCode.QUERY_CONSUMER_OFFSET] * queues + [RequestCode.GET_MAX_OFFSET] * queues
+    assert brokers.rounds - rounds == 2
     assert RequestCode.GET_TOPIC_STATS_INFO not in sent  # not asked again once refused
+    assert RequestCode.GET_CONSUME_STATS not in sent
 
 
 def test_a_commit_is_one_round_of_requests() -> None:
@@ -206,7 +223,7 @@ def test_a_commit_is_one_round_of_requests() -> None:
     before = len(brokers.sent)
     reader.commit(later)
     assert brokers.sent[before:] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
-    assert brokers.rounds - rounds == 2  # the trigger's topic stats, then the commit
+    assert brokers.rounds - rounds == 3  # the trigger's stored offsets and topic stats, then the commit
     assert brokers.stored == from_spark(later)
 
 
