@@ -377,17 +377,35 @@ def reset_by_time(rocketmq: ClusterHandle, group: str, topic: str, timestamp_ms:
     return rocketmq.mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(timestamp_ms), "-f", "true")
 
 
+@dataclass
+class ResetBack:
+    """A stream that read two waves and stored their end, whose group was then reset by time to
+    the second wave's first message."""
+
+    stream: Running
+    topic: str
+    group: str
+    first: list[dict[str, Any]]
+    second: list[dict[str, Any]]
+
+
+def caught_up_then_reset_back(rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, name: str,
+                              **options: str | None) -> ResetBack:
+    topic, group = unique(f"v-reset-{name}"), unique(f"v-reset-{name}-group")
+    first, second, times = two_waves(rocketmq, topic)
+    stream_ = running(topic, group, **options)
+    stream_.settled(rocketmq, topic, group, keys_of(first, second))
+    reset_by_time(rocketmq, group, topic, just_before(second, times))
+    return ResetBack(stream_, topic, group, first, second)
+
+
 def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
         rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, endpoint: str) -> None:
     """Through a 5.x proxy too: there the stream is the proxy's client, not the brokers', so the
     reset reaches it only as the stored offsets the proxy reads from the brokers for it."""
-    topic, group = unique("v-reset-back"), unique("v-reset-back-group")
-    first, second, times = two_waves(rocketmq, topic)
-    stream_ = running(topic, group, endpoint=endpoint)
-    stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, just_before(second, times))
-    third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
-    stream_.settled(rocketmq, topic, group, keys_of(first, second, second, third))
+    reset = caught_up_then_reset_back(rocketmq, running, unique, "back", endpoint=endpoint)
+    third = produce(rocketmq, reset.topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    reset.stream.settled(rocketmq, reset.topic, reset.group, keys_of(reset.first, reset.second, reset.second, third))
 
 
 @pytest.mark.parametrize("tool", ["resetOffsetByTime", "skipAccumulatedMessage"])
@@ -418,27 +436,20 @@ def first_offsets_of(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int
 
 def test_an_ignored_reset_keeps_the_streams_position_and_its_own_stored_offsets(
         rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
-    topic, group = unique("v-reset-ignore"), unique("v-reset-ignore-group")
-    first, second, times = two_waves(rocketmq, topic)
-    stream_ = running(topic, group, onOffsetReset="ignore")
-    stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, just_before(second, times))
-    third = produce(rocketmq, topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
-    stream_.settled(rocketmq, topic, group, keys_of(first, second, third))
+    reset = caught_up_then_reset_back(rocketmq, running, unique, "ignore", onOffsetReset="ignore")
+    third = produce(rocketmq, reset.topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    reset.stream.settled(rocketmq, reset.topic, reset.group, keys_of(reset.first, reset.second, third))
 
 
 def test_fail_stops_the_query_naming_the_reset_and_the_option(
         rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
-    topic, group = unique("v-reset-fail"), unique("v-reset-fail-group")
-    first, second, times = two_waves(rocketmq, topic)
-    stream_ = running(topic, group, onOffsetReset="fail")
-    stream_.settled(rocketmq, topic, group, keys_of(first, second))
-    reset_by_time(rocketmq, group, topic, just_before(second, times))
-    eventually(lambda: stream_.query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
-    message = str(stream_.query.exception())
-    assert "onOffsetReset=fail" in message and f"consumer group '{group}'" in message
+    reset = caught_up_then_reset_back(rocketmq, running, unique, "fail", onOffsetReset="fail")
+    query, topic = reset.stream.query, reset.topic
+    eventually(lambda: query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
+    message = str(query.exception())
+    assert "onOffsetReset=fail" in message and f"consumer group '{reset.group}'" in message
     # mqadmin resets one broker after the other: the first trigger after any of them stops the query.
-    assert any(f"{topic}/{m['broker']}/{m['queueId']}: " in message for m in second)
+    assert any(f"{topic}/{m['broker']}/{m['queueId']}: " in message for m in reset.second)
 
 
 def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
