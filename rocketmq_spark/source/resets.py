@@ -17,38 +17,12 @@ the batch reads the same rows when it is run again, and a restart neither loses 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import OffsetResetError
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset
-
-
-# One operator's reset can reach the stream twice: a 5.x broker stores the reset offsets (which the
-# comparison finds) and may also send the notice to the group's online members, a trigger later.
-# A notice of offsets the stream acted on less than this long ago is that same reset.
-ECHO_WINDOW_S = 60.0
-
-
-class HandledResets:
-    """The resets the stream acted on lately, per queue, so that the same reset arriving the other
-    way is not acted on a second time (a replay read twice more)."""
-
-    def __init__(self, window_s: float = ECHO_WINDOW_S) -> None:
-        self._window_s = window_s
-        self._handled: dict[MessageQueue, tuple[int, float]] = {}
-
-    def note(self, resets: Mapping[MessageQueue, int], now: float | None = None) -> None:
-        at = time.monotonic() if now is None else now
-        self._handled.update({q: (offset, at) for q, offset in resets.items()})
-
-    def new(self, resets: Mapping[MessageQueue, int], now: float | None = None) -> OffsetMap:
-        """The resets that are not one already acted on within the window."""
-        at = time.monotonic() if now is None else now
-        self._handled = {q: h for q, h in self._handled.items() if at - h[1] < self._window_s}
-        return {q: offset for q, offset in resets.items() if self._handled.get(q, (None, 0.0))[0] != offset}
 
 
 class ResetInbox:

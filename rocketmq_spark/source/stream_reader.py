@@ -62,7 +62,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stored: OffsetMap = {}
         self._inbox: resets.ResetInbox | None = resets.ResetInbox()  # resets the brokers announce
         self._resets: OffsetMap = {}  # resets found and not yet planned for
-        self._handled = resets.HandledResets()  # resets acted on lately, not to act on twice
         self._held: OffsetMap = {}  # resets followed by a batch that waits for more messages
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}
@@ -171,7 +170,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held, self._held = self._held, {}
         if not moved:
             return {q: o for q, o in held.items() if q in start}
-        self._handled.note(moved)
         group = self.options.consumer_group
         if policy is OnOffsetReset.FOLLOW:
             log.warning("consumer group %s: offsets reset by an operator (%s); the next micro-batch starts there "
@@ -192,7 +190,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._forget_reconnected()
         if self._inbox is not None:
-            self._resets.update(self._handled.new(self._inbox.take()))
+            self._resets.update(self._inbox.take())
         ours = {q: o for q, o in self._stored.items() if q not in self._resets}
         if not ours or (self._watch is not None and self._watch.shared):
             return  # another member's commits are not an operator's reset

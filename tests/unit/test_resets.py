@@ -193,27 +193,3 @@ def test_a_broker_back_from_a_crash_with_older_stored_offsets_is_no_reset(caplog
     # An operator's reset after that is seen again.
     fake.stored[A0] = 30
     assert resets_from_spark(reader.latestOffset(end, ReadAllAvailable())) == {A0: 30}
-
-
-def test_a_5x_broker_s_notice_after_its_stored_reset_is_the_same_reset(caplog: pytest.LogCaptureFixture) -> None:
-    """A 5.x broker stores the reset (found by comparison) and may also notify the online members;
-    the notice coming a trigger later must not replay the queues a second time."""
-    fake, reader, start = caught_up()
-    fake.stored.update({A0: 25, A1: 25})
-    with caplog.at_level(logging.WARNING, logger=STREAM_LOGGER):
-        end = reader.latestOffset(start, ReadAllAvailable())
-        assert ranges(reader.partitions(start, end)) == [(A0, 25, END), (A1, 25, END)]
-        fake.client.handler(notice({A0: 25, A1: 25}))
-        assert reader.latestOffset(end, ReadAllAvailable()) == end  # no batch: nothing new
-    assert len(caplog.records) == 1
-    # A reset to other offsets is a new one.
-    fake.client.handler(notice({A0: 30}))
-    assert resets_from_spark(reader.latestOffset(end, ReadAllAvailable())) == {A0: 30}
-
-
-def test_handled_resets_are_forgotten_after_the_window() -> None:
-    handled = resets.HandledResets(window_s=10.0)
-    handled.note({A0: 25}, now=100.0)
-    assert handled.new({A0: 25, A1: 25}, now=105.0) == {A1: 25}
-    assert handled.new({A0: 30}, now=105.0) == {A0: 30}
-    assert handled.new({A0: 25}, now=111.0) == {A0: 25}
