@@ -63,6 +63,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._inbox: resets.ResetInbox | None = resets.ResetInbox()  # resets the brokers announce
         self._resets: OffsetMap = {}  # resets found and not yet planned for
         self._held: OffsetMap = {}  # resets followed by a batch that waits for more messages
+        self._starting_at_reset: OffsetMap = {}  # queues the batch planned last starts at a reset
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
@@ -122,6 +123,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         addresses = self.offsets.queues(missing_ok=True)
         self._group()  # before anything is stored: a shared group may be an error
         followed = self._follow_resets(start_map)
+        self._starting_at_reset = followed
         # The batch that ended at start is in Spark's commit log; a followed reset is stored instead.
         self._store({q: o for q, o in start_map.items() if q not in followed})
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
@@ -251,7 +253,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         # latestOffset has stored this end already, unless Spark calls in an order not seen so far.
-        self._store({q: o for q, o in from_spark(end).items() if q not in self._resets})
+        # Spark commits the batch before the one it just planned: where that one starts at a
+        # followed reset, its end is what the reset moved away from, not to be stored again.
+        skip = self._resets.keys() | self._starting_at_reset.keys()
+        self._store({q: o for q, o in from_spark(end).items() if q not in skip})
 
     def _store(self, offsets: Mapping[MessageQueue, int]) -> None:
         """Store what changed since the last store; a failure is retried at the next trigger.

@@ -193,3 +193,17 @@ def test_a_broker_back_from_a_crash_with_older_stored_offsets_is_no_reset(caplog
     # An operator's reset after that is seen again.
     fake.stored[A0] = 30
     assert resets_from_spark(reader.latestOffset(end, ReadAllAvailable())) == {A0: 30}
+
+
+def test_spark_s_commit_of_the_batch_before_a_followed_reset_does_not_undo_it() -> None:
+    """Spark plans the next batch (latestOffset), then commits the one before it: the queues the
+    new batch starts at their reset offsets keep those stored, and the reset is followed once."""
+    fake, reader, start = caught_up()
+    fake.stored.update({A0: 25, A1: 25})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    reader.commit(start)
+    assert fake.stored == {A0: 25, A1: 25}
+    reader.partitions(start, end)
+    after = reader.latestOffset(end, ReadAllAvailable())
+    assert after == end
+    assert fake.stored == {A0: END, A1: END}
