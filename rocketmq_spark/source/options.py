@@ -84,8 +84,12 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_0
                 "h": 3_600_000, "d": 86_400_000}
 
 
-# The group a batch read without ``consumerGroup`` pulls as (pulls name a group; nothing is stored).
-BATCH_READ_GROUP = "rocketmq-spark-reader"
+# The group a batch read without ``consumerGroup`` pulls as: a pull must name a subscription group
+# the broker knows, and every broker (4.9 and 5.x) creates TOOLS_CONSUMER at start, the group
+# mqadmin's own reads use. Pulling as it creates no group (brokers with
+# autoCreateSubscriptionGroup=false accept it), and pulls never commit (no COMMIT_OFFSET flag), so
+# nothing is stored for it. Never namespaced: it is the broker's own name.
+BATCH_READ_GROUP = "TOOLS_CONSUMER"
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -153,7 +157,7 @@ class SourceOptions:
 
     @property
     def pull_group(self) -> str:
-        """The group pulls name: the consumer group, else the batch reader's own (nothing is stored)."""
+        """The group pulls name: the consumer group, else one every broker has (nothing is stored)."""
         return self.consumer_group or BATCH_READ_GROUP
 
     def display_topic(self, topic: str) -> str:
