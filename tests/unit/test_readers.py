@@ -320,13 +320,13 @@ def test_partitions_split_as_the_options_ask() -> None:
 
 def test_partitions_carry_what_a_task_needs() -> None:
     fake = FakeOffsets({A0: (0, 10)})
-    reader = stream(fake, subExpression="TagA || TagB", pullBatchSize="7", namespace="ns")
+    reader = stream(fake, subExpression="TagA || TagB", pullBatchSize="7", namespace="ns", maxBodyBytes="5000")
     start = {MessageQueue("ns%" + TOPIC, "broker-a", 0): 0}
     fake.ranges = {MessageQueue("ns%" + TOPIC, "broker-a", 0): (0, 10)}
     [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
     assert isinstance(part, RocketMQPartition)
-    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size) == (
-        TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7)
+    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size,
+            part.max_body_bytes) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
 
 
 # ------------------------------------------------------------------------- batch
