@@ -171,8 +171,7 @@ class Connection:
         """Whether the server's end of the socket is closed: readable, with nothing to read.
         Bytes waiting (answers nobody read yet, a TLS record) mean it is not known closed."""
         try:
-            readable, _, _ = select.select([self._raw_sock], [], [], 0)
-            return bool(readable) and self._raw_sock.recv(1, socket.MSG_PEEK) == b""
+            return _readable_now(self._raw_sock) and self._raw_sock.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):  # ValueError: the socket was closed meanwhile
             return True
 
@@ -319,6 +318,17 @@ class Connection:
         self._sock.close()
         for pending in waiting:
             pending.settle(None, error)
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether a receive would not wait. poll() where there is one: select() cannot watch a
+    descriptor numbered past 1023, which a busy Spark worker may well hand out."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
