@@ -37,6 +37,9 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # one idle for longer than half that: a request sent as the server closes it would be lost with
 # every other request on it. A stream's heartbeats (every 30 s) keep the driver's in use.
 CONNECTION_MAX_IDLE_S = 60.0
+# A connection with traffic this recently is in use: the checks for an idle or closed one, which
+# cost a lock and system calls, wait until it has been quiet this long (a pull asks each time).
+QUIET_BEFORE_CHECK_S = 1.0
 # How long close() waits for the reader thread to end: closing the socket ends its receive at
 # once, so this is only reached if the thread is stuck elsewhere; it is a daemon and ends with
 # the process then.
@@ -160,7 +163,11 @@ class Connection:
         (the server may be closing it), and not closed by the server. A reader thread notices a
         close at once; without one, nobody reads until the next request, so a closed connection
         would sit half-open (CLOSE_WAIT) and the next requests on it would be lost: look first."""
-        if self.closed or self.idle_for() > max_idle_s:
+        if self.closed:
+            return False
+        if time.monotonic() - max(self._last_heard, self._last_sent) < QUIET_BEFORE_CHECK_S:
+            return True
+        if self.idle_for() > max_idle_s:
             return False
         if self._reader is None and self._server_closed():
             self._fail(ConnectionFailedError(f"{self.address} closed the connection", self.address))

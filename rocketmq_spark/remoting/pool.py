@@ -4,6 +4,7 @@ callers reconnect, as the next request to that address opens a new socket."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from rocketmq_spark.remoting import codes
@@ -13,6 +14,10 @@ from rocketmq_spark.remoting.errors import ProtocolError
 
 
 ConnectionFactory = Callable[[str], Connection]
+
+# How often a pool looks for idle connections to other addresses than the one asked for: a pull
+# asks for its connection, and looking at every other one each time would cost each pull.
+SWEEP_INTERVAL_S = 1.0
 
 
 class Reply:
@@ -41,23 +46,32 @@ class ConnectionPool:
     """One live connection per address, opened on first use and replaced after a failure, after
     ``max_idle_s`` without traffic, or once the server closed it.
 
-    Idle connections to other addresses are closed whenever one is asked for, so a process that
-    keeps its pools between tasks (a Python worker) holds no socket the server has given up on.
+    Idle connections to other addresses are closed when one is asked for (every ``sweep_every_s``
+    at most), so a process that keeps its pools between tasks (a Python worker) holds no socket
+    the server has given up on.
     """
 
-    def __init__(self, factory: ConnectionFactory, max_idle_s: float = CONNECTION_MAX_IDLE_S) -> None:
+    def __init__(self, factory: ConnectionFactory, max_idle_s: float = CONNECTION_MAX_IDLE_S,
+                 sweep_every_s: float = SWEEP_INTERVAL_S) -> None:
         self._factory = factory
         self._max_idle_s = max_idle_s
+        self._sweep_every_s = sweep_every_s
+        self._next_sweep = time.monotonic() + sweep_every_s
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self._opened: dict[str, int] = {}
 
     def get(self, address: str) -> Connection:
+        idle: list[Connection] = []
+        now = time.monotonic()
         with self._lock:
             conn = self._connections.get(address)
-            idle = [c for a, c in self._connections.items() if a != address and c.idle_for() > self._max_idle_s]
-            for stale in idle:
-                del self._connections[stale.address]
+            if now >= self._next_sweep:
+                self._next_sweep = now + self._sweep_every_s
+                for other, stale in list(self._connections.items()):
+                    if other != address and stale.idle_for() > self._max_idle_s:
+                        del self._connections[other]
+                        idle.append(stale)
         for stale in idle:
             stale.close()
         if conn is not None and conn.usable(self._max_idle_s):

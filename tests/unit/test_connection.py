@@ -327,7 +327,8 @@ def test_idle_connections_to_other_addresses_are_closed_when_one_is_asked_for(
     """A worker process keeps its pools between tasks: a broker it no longer reads from does not
     leave it a socket the broker has given up on."""
     first, second = serve(lambda req, _: [answer(req)]), serve(lambda req, _: [answer(req)])
-    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False))
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False),
+                          sweep_every_s=0)
     stale = pool.get(first.address)
     pool.request(second.address, request(), 5.0)
     assert not stale.closed
