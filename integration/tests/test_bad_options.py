@@ -3,6 +3,7 @@ load() where Spark lets the source see them, else when the stream starts or the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,20 @@ def test_each_rule_gives_its_error(spark: Any, rocketmq: ClusterHandle, unique: 
         ({**base, "endingOffsets": "latest"}, "option 'endingOffsets': applies to batch reads only"),
         ({**base, "endingTimestamp": "1"}, "option 'endingTimestamp': applies to batch reads only"),
         ({**base, "topic": unique("missing")}, "does not exist on"),
+        ({**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 5}}}}}}'},
+         f"option 'startingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
+         "the queue's end (max 0)"),
     ]
     for index, (options, message) in enumerate(stream_cases):
-        with pytest.raises(Exception, match=message.replace("{", r"\{").replace("}", r"\}")) as caught:
+        with pytest.raises(Exception, match=re.escape(message)) as caught:
             _start_stream(spark, options, tmp_path / str(index))
         assert "UnboundLocalError" not in str(caught.value)  # PySpark's own error does not bury ours
     with pytest.raises(Exception, match=r"option 'endingOffsets': names queues that do not exist"):
         _batch(spark, {**base, "endingOffsets": f'{{"{topic}": {{"broker-z": {{"0": 1}}}}}}'})
+    past_end = (f"option 'endingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
+                "the queue's end (max 0)")
+    with pytest.raises(Exception, match=re.escape(past_end)):
+        _batch(spark, {**base, "endingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 5}}}}}}'})
     with pytest.raises(Exception, match="option 'expressionType': unknown value 'XPATH'. Use one of: TAG, SQL92"):
         _batch(spark, {**base, "expressionType": "XPATH"})
     assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before, "a job ran"

@@ -27,6 +27,7 @@ Where releases differ underneath, the source has to make up for it:
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, shifted
+from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterConfig, shifted
 from integration.support import (
     QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually,
     fail_batch, first_offsets, max_offsets, produce, run_available_now, source_members, stored_offsets, stream,
@@ -80,6 +81,10 @@ ACL_BROKER_PORT = shifted(18911)
 # What both releases say of a wrong secret ("Check signature failed for accessKey=..." on 4.9).
 ACL_SIGNATURE_FAILED = "check signature failed"
 RESET_TRIGGER = "1 second"
+# The broker setting many production brokers turn off: a group must exist before it is used.
+AUTO_CREATE_GROUPS = "autoCreateSubscriptionGroup"
+# What a broker answers to a pull or commit of a group it does not hold (SUBSCRIPTION_GROUP_NOT_EXIST).
+GROUP_NOT_EXIST = "does not exist"
 
 
 def position(message: dict[str, Any]) -> Position:
@@ -473,6 +478,53 @@ def test_consumer_status_shows_the_running_streams_subscription_and_queues(
     summary = rocketmq.mqadmin("consumerStatus", "-g", group)
     assert member in summary and "Same subscription in the same group of consumer" in summary
     assert consumer_status_offsets(rocketmq, group, member, topic) == max_offsets(rocketmq, topic)
+
+
+# --------------------------------------------------------------------------- brokers that create no groups
+
+
+def user_groups(rocketmq: ClusterHandle, directory: Path) -> set[str]:
+    """The subscription groups the cluster's brokers hold, but their built-in ones, as the
+    release's mqadmin exports them."""
+    rocketmq.mqadmin("exportMetadata", "-c", CLUSTER_NAME, "-g", "-f", str(directory))
+    return set(json.loads((directory / "subscriptionGroup.json").read_text())["subscriptionGroupTable"])
+
+
+@pytest.fixture
+def strict_brokers(rocketmq: ClusterHandle) -> Iterator[None]:
+    """Every broker switched to autoCreateSubscriptionGroup=false, and back after the test."""
+    rocketmq.mqadmin("updateBrokerConfig", "-c", CLUSTER_NAME, "-k", AUTO_CREATE_GROUPS, "-v", "false")
+    try:
+        yield
+    finally:
+        rocketmq.mqadmin("updateBrokerConfig", "-c", CLUSTER_NAME, "-k", AUTO_CREATE_GROUPS, "-v", "true")
+
+
+def test_a_batch_read_without_a_group_works_on_a_strict_broker_and_creates_no_group(
+        spark: Any, rocketmq: ClusterHandle, strict_brokers: None, endpoint: str, unique: Unique,
+        tmp_path: Path) -> None:
+    """The brokers refuse a group they do not hold (a made-up one fails), yet a read without a
+    group gets exactly the messages and leaves the brokers' groups as they were."""
+    topic = unique("v-strict-batch")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = produce(rocketmq, topic, WAVE // 2)
+    before = user_groups(rocketmq, tmp_path / "before")
+    _, error = fail_batch(spark, {"nameServer": endpoint, "topic": topic, "consumerGroup": unique("v-strict-none")})
+    assert GROUP_NOT_EXIST in error, error
+    rows = batch_read(spark, rocketmq, topic, endpoint=endpoint).collect()
+    assert sorted(map(row_position, rows)) == sorted(map(position, sent))
+    assert user_groups(rocketmq, tmp_path / "after") == before
+
+
+def test_a_stream_reads_and_commits_as_a_group_the_operator_created_on_a_strict_broker(
+        spark: Any, rocketmq: ClusterHandle, strict_brokers: None, unique: Unique, tmp_path: Path) -> None:
+    topic, group = unique("v-strict-stream"), unique("v-strict-group")
+    create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
+    sent = produce(rocketmq, topic, WAVE // 2)
+    rocketmq.mqadmin("updateSubGroup", "-c", CLUSTER_NAME, "-g", group)
+    rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
+    assert sorted(map(row_position, rows)) == sorted(map(position, sent))
+    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
 
 
 # --------------------------------------------------------------------------- authentication

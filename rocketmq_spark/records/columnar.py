@@ -20,10 +20,11 @@ import pyarrow as pa
 
 from rocketmq_spark.records import layout
 from rocketmq_spark.records.columns import INT32, ArrowColumns, walk_columns
-from rocketmq_spark.records.compression import decompress_body
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
 from rocketmq_spark.records.hosts import rendered_host
 from rocketmq_spark.records.properties import split_blocks
 from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import BodyTooLargeError
 
 _OFFSETS = np.int32
 
@@ -98,11 +99,13 @@ def _column(header: np.ndarray, name: str) -> np.ndarray:
     return raw.view(dtype).ravel().astype(dtype.newbyteorder("="))
 
 
-def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]]) -> ArrowColumns:
+def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
+                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ArrowColumns:
     """Decode PULL bodies that :func:`scan_records` took, given the starts it found.
 
     Raises :class:`NotTaken` when a record is inconsistent, so that the per-record decoder can
-    raise the exact ProtocolError, naming the byte.
+    raise the exact ProtocolError, naming the byte; so is a body that decompresses past
+    ``max_body_bytes``, for the error to name its topic and queue.
     """
     data = b"".join(bodies)
     if len(data) > _MAX_VIEW_OFFSET:
@@ -133,7 +136,7 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]]) -> Arr
     queue_offset = _column(header, "queue_offset")
     compressed = (sys_flag & codes.MSG_FLAG_COMPRESSED).astype(bool) & (body_length > 0)
     if compressed.any():
-        body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at)
+        body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at, max_body_bytes)
     else:
         body = _binary(data, buf, body_start, body_length)
     return ArrowColumns.build(
@@ -176,12 +179,16 @@ def _binary(data: bytes, buf: np.ndarray, start: np.ndarray, length: np.ndarray)
 
 
 def _decompressed_bodies(data: bytes, start: np.ndarray, end: np.ndarray, sys_flag: np.ndarray,
-                         queue_offset: np.ndarray, at: np.ndarray) -> pa.Array:
+                         queue_offset: np.ndarray, at: np.ndarray, max_body_bytes: int) -> pa.Array:
     """Bodies with compressed ones decompressed (an empty one stays as it is, as in Java)."""
     slices = list(map(data.__getitem__, map(slice, start.tolist(), end.tolist())))
     for i in np.flatnonzero(sys_flag & codes.MSG_FLAG_COMPRESSED).tolist():
         if slices[i]:
-            slices[i] = decompress_body(slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]))
+            try:
+                slices[i] = decompress_body(slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]),
+                                            max_bytes=max_body_bytes)
+            except BodyTooLargeError:
+                raise NotTaken from None
     return pa.array(slices, pa.binary())
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from rocketmq_spark.records.columnar import NotTaken, decode_bulk, scan_records
 from rocketmq_spark.records.columns import ArrowColumns, from_walked, walk_columns
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.walk import Walked, walk
 
 
@@ -36,9 +37,11 @@ class _Run(NamedTuple):
 
 
 class PullDecoder:
-    """Takes pull bodies one by one and decodes them when asked, in bulk where it can."""
+    """Takes pull bodies one by one and decodes them when asked, in bulk where it can; no body
+    decompresses past ``max_body_bytes``."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self._max_body_bytes = max_body_bytes
         self._added = 0
         self._runs: list[_Run] = []
 
@@ -56,7 +59,7 @@ class PullDecoder:
             assert last.starts is not None
             last.starts.append(starts)
             return len(starts)
-        walked = walk(body)
+        walked = walk(body, self._max_body_bytes)
         assert last.walked is not None
         last.walked.append(walked)
         return len(walked.rows)
@@ -66,25 +69,25 @@ class PullDecoder:
         runs, self._runs, self._added = self._runs, [], 0
         if not runs:
             return Decoded(walk_columns(b""), np.zeros(0, np.int64))
-        parts = [_decode(run) for run in runs]
+        parts = [_decode(run, self._max_body_bytes) for run in runs]
         return Decoded(ArrowColumns.concat([c for c, _ in parts]), np.concatenate([i for _, i in parts]))
 
 
-def _decode(run: _Run) -> tuple[ArrowColumns, np.ndarray]:
+def _decode(run: _Run, max_body_bytes: int) -> tuple[ArrowColumns, np.ndarray]:
     indices = np.arange(run.first, run.first + len(run.bodies), dtype=np.int64)
     walked = run.walked
     if run.starts is not None:
         try:
-            return decode_bulk(run.bodies, run.starts), np.repeat(indices, [len(s) for s in run.starts])
+            return decode_bulk(run.bodies, run.starts, max_body_bytes), np.repeat(indices, [len(s) for s in run.starts])
         except NotTaken:  # an inconsistent record: the per-record decoder names the exact error
-            walked = [walk(body) for body in run.bodies]
+            walked = [walk(body, max_body_bytes) for body in run.bodies]
     assert walked is not None
     return from_walked(Walked.join(walked)), np.repeat(indices, [len(w.rows) for w in walked])
 
 
-def decode_pulls(bodies: Sequence[bytes]) -> ArrowColumns:
+def decode_pulls(bodies: Sequence[bytes], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ArrowColumns:
     """The messages of these pull bodies, in order, decoded as the Spark reader decodes them."""
-    decoder = PullDecoder()
+    decoder = PullDecoder(max_body_bytes)
     for body in bodies:
         decoder.add(body)
     return decoder.decode().columns

@@ -16,7 +16,7 @@ from operator import add, itemgetter
 from typing import NamedTuple
 
 from rocketmq_spark.records import layout
-from rocketmq_spark.records.compression import decompress_body
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
 from rocketmq_spark.records import hosts
 from rocketmq_spark.records.hosts import rendered_host
 from rocketmq_spark.records.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, parse_properties
@@ -183,11 +183,11 @@ def _unwrap(
         index += 1
 
 
-def walk(body: bytes | bytearray | memoryview) -> Walked:
+def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Walked:
     """Walk the records of a PULL body.
 
     Compressed bodies are decompressed (clearing the COMPRESSED bit, as Java
-    does) and inner batches unwrapped, one message each.
+    does), none past ``max_body_bytes``, and inner batches unwrapped, one message each.
 
     A record is accepted only if its fields end exactly at its declared size.
     Reads past the end of the buffer raise ``struct.error``, reported as a
@@ -269,7 +269,9 @@ def walk(body: bytes | bytearray | memoryview) -> Walked:
             if sys_flag & special_flags:
                 # Java leaves an empty body, and its flag, as they are.
                 if sys_flag & compressed and message_body:
-                    message_body = decompress_body(message_body, sys_flag, queue_offset, pos)
+                    message_body = decompress_body(
+                        message_body, sys_flag, queue_offset, pos, max_bytes=max_body_bytes,
+                        topic=topic_cache.get(raw_topic) or topic_of(raw_topic), queue_id=queue_id)
                     sys_flag &= ~compressed
                 if sys_flag & unwrap == unwrap:
                     outer = (
@@ -294,7 +296,7 @@ def walk(body: bytes | bytearray | memoryview) -> Walked:
     return Walked(rows, blocks, store_hexes)
 
 
-def decode_messages(body: bytes | bytearray | memoryview) -> list[Message]:
+def decode_messages(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> list[Message]:
     """Decode every record of a PULL response body, in order, as Message tuples.
 
     Compressed bodies are decompressed (and, as in Java, the COMPRESSED bit is
@@ -302,7 +304,7 @@ def decode_messages(body: bytes | bytearray | memoryview) -> list[Message]:
     inner message. Any inconsistency raises ProtocolError naming the byte
     position. Accepts any bytes-like object, e.g. ``bytes.fromhex(fixture)``.
     """
-    walked = walk(body)
+    walked = walk(body, max_body_bytes)
     # One pull's messages at a time: the per-message parser costs less here than Arrow's calls.
     properties = [parse_properties(block.decode("utf-8", "replace")) for block in walked.blocks]
     offset_msg_ids = walked.offset_msg_ids()

@@ -19,12 +19,11 @@ from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Me
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
 from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.connection import (
-    Connection, ConnectionFactory, ConnectionPool, Reply, ServerRequestHandler,
-)
+from rocketmq_spark.remoting.connection import Connection, ServerRequestHandler
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, RocketMQError,
 )
+from rocketmq_spark.remoting.pool import ConnectionFactory, ConnectionPool, Reply
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
 from rocketmq_spark.remoting.tls import certificate_error, client_context

@@ -8,14 +8,15 @@ serves one thread, which saves that thread a hand-over per response. Requests th
 on its own (consumer-id change notices and the like) are dropped: this client holds no state
 they could update.
 
-``ConnectionPool`` keeps one live connection per address and replaces one that failed, which is
-how callers reconnect: the next request to that address opens a new socket.
+``pool.ConnectionPool`` keeps one live connection per address and replaces one that failed, went
+idle or was closed by the server.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -24,13 +25,25 @@ from collections.abc import Callable
 
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
-from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
 from rocketmq_spark.remoting.tls_channel import TlsChannel
 
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 1024 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+# RocketMQ's servers close a connection with no traffic either way for
+# ``serverChannelMaxIdleTimeSeconds`` (120 s by default, NettyServerConfig). A pool does not use
+# one idle for longer than half that: a request sent as the server closes it would be lost with
+# every other request on it. A stream's heartbeats (every 30 s) keep the driver's in use.
+CONNECTION_MAX_IDLE_S = 60.0
+# A connection with traffic this recently is in use: the checks for an idle or closed one, which
+# cost a lock and system calls, wait until it has been quiet this long (a pull asks each time).
+QUIET_BEFORE_CHECK_S = 1.0
+# How long close() waits for the reader thread to end: closing the socket ends its receive at
+# once, so this is only reached if the thread is stuck elsewhere; it is a daemon and ends with
+# the process then.
+READER_JOIN_TIMEOUT_S = 5.0
 
 # Opaque ids are Java ints on the wire; wrap well before the signed 32-bit limit.
 _OPAQUE_LIMIT = 2**31 - 1
@@ -110,6 +123,7 @@ class Connection:
             raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        self._raw_sock = sock  # the TCP socket under TLS too: where the server's close shows
         self._sock: socket.socket | TlsChannel = sock
         if tls_context is not None:
             self._sock = _handshake(sock, tls_context, address, host)
@@ -117,6 +131,7 @@ class Connection:
         self.tls_version = self._sock.version() if isinstance(self._sock, TlsChannel) else None
         self._heard = False  # whether the server has sent anything yet
         self._last_heard = time.monotonic()  # when it last did (or the connection opened)
+        self._last_sent = self._last_heard  # when a request or an answer last went out
         self._sock.settimeout(None)
         self._frames = FrameReader(max_frame_length)
         self._send_lock = threading.Lock()
@@ -133,6 +148,39 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._failure is not None
+
+    def idle_for(self) -> float:
+        """Seconds without traffic either way, or 0 while a request waits for its answer (a
+        request past its deadline is given up on and does not count)."""
+        now = time.monotonic()
+        with self._state_lock:
+            if any(pending.deadline > now for pending in self._pending.values()):
+                return 0.0
+        return now - max(self._last_heard, self._last_sent)
+
+    def usable(self, max_idle_s: float = CONNECTION_MAX_IDLE_S) -> bool:
+        """Whether a request may go on this connection: not failed, not idle past ``max_idle_s``
+        (the server may be closing it), and not closed by the server. A reader thread notices a
+        close at once; without one, nobody reads until the next request, so a closed connection
+        would sit half-open (CLOSE_WAIT) and the next requests on it would be lost: look first."""
+        if self.closed:
+            return False
+        if time.monotonic() - max(self._last_heard, self._last_sent) < QUIET_BEFORE_CHECK_S:
+            return True
+        if self.idle_for() > max_idle_s:
+            return False
+        if self._reader is None and self._server_closed():
+            self._fail(ConnectionFailedError(f"{self.address} closed the connection", self.address))
+            return False
+        return True
+
+    def _server_closed(self) -> bool:
+        """Whether the server's end of the socket is closed: readable, with nothing to read.
+        Bytes waiting (answers nobody read yet, a TLS record) mean it is not known closed."""
+        try:
+            return _readable_now(self._raw_sock) and self._raw_sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # ValueError: the socket was closed meanwhile
+            return True
 
     def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait up to ``timeout`` seconds for its response."""
@@ -151,6 +199,7 @@ class Connection:
         try:
             with self._send_lock:
                 self._sock.sendall(frame)
+                self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))
         return pending
@@ -182,7 +231,10 @@ class Connection:
         """Close the socket; requests still waiting fail with ConnectionFailedError."""
         self._fail(ConnectionFailedError(f"connection to {self.address} closed", self.address))
         if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join()
+            self._reader.join(READER_JOIN_TIMEOUT_S)
+            if self._reader.is_alive():
+                log.warning("the reader thread of the connection to %s did not end within %.0fs of its close; "
+                            "left to end with the process", self.address, READER_JOIN_TIMEOUT_S)
 
     def _read_loop(self) -> None:
         while self._receive(None):
@@ -254,6 +306,7 @@ class Connection:
         try:
             with self._send_lock:
                 self._sock.sendall(frame)
+                self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while answering: {err}",
                                              self.address))
@@ -274,6 +327,17 @@ class Connection:
             pending.settle(None, error)
 
 
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether a receive would not wait. poll() where there is one: select() cannot watch a
+    descriptor numbered past 1023, which a busy Spark worker may well hand out."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
 def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
     """The TLS handshake on a connected socket; the name checked is the host connected to.
 
@@ -289,77 +353,3 @@ def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host:
         sock.close()
         raise ConnectionFailedError(f"TLS handshake with {address} failed ({err}): {_TLS_REFUSED_HINT}",
                                     address) from err
-
-
-ConnectionFactory = Callable[[str], Connection]
-
-
-class Reply:
-    """The response to come for a request sent through a :class:`ConnectionPool`."""
-
-    __slots__ = ("_conn", "_pending")
-
-    def __init__(self, conn: Connection, pending: Pending) -> None:
-        self._conn = conn
-        self._pending = pending
-
-    def result(self) -> RemotingCommand:
-        """Wait for the response. A connection that hit a protocol error or is told to go away is
-        dropped, so the pool's next request reconnects."""
-        try:
-            response = self._conn.wait(self._pending)
-        except ProtocolError:
-            self._conn.close()
-            raise
-        if response.code == codes.ResponseCode.GO_AWAY:
-            self._conn.close()
-        return response
-
-
-class ConnectionPool:
-    """One live connection per address, opened on first use and replaced after a failure."""
-
-    def __init__(self, factory: ConnectionFactory) -> None:
-        self._factory = factory
-        self._lock = threading.Lock()
-        self._connections: dict[str, Connection] = {}
-        self._opened: dict[str, int] = {}
-
-    def get(self, address: str) -> Connection:
-        with self._lock:
-            conn = self._connections.get(address)
-            if conn is not None and not conn.closed:
-                return conn
-        fresh = self._factory(address)  # outside the lock: connecting may take a while
-        with self._lock:
-            current = self._connections.get(address)
-            if current is not None and not current.closed:
-                winner = current
-            else:
-                self._connections[address] = winner = fresh
-                self._opened[address] = self._opened.get(address, 0) + 1
-        if winner is not fresh:
-            fresh.close()
-        return winner
-
-    def opened(self, address: str) -> int:
-        """How many connections to the address this pool has put in use: one more than the first
-        means the one before broke (the server restarted, or the network between failed)."""
-        with self._lock:
-            return self._opened.get(address, 0)
-
-    def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send on the address's connection and wait for the response."""
-        return self.submit(address, command, timeout).result()
-
-    def submit(self, address: str, command: RemotingCommand, timeout: float) -> Reply:
-        """Send on the address's connection without waiting for the response."""
-        conn = self.get(address)
-        return Reply(conn, conn.submit(command, timeout))
-
-    def close(self) -> None:
-        with self._lock:
-            connections = list(self._connections.values())
-            self._connections.clear()
-        for conn in connections:
-            conn.close()

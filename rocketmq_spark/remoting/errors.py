@@ -81,6 +81,10 @@ class ProtocolError(RocketMQError):
     """
 
 
+class BodyTooLargeError(ProtocolError):
+    """A message body decompresses past the bound a task allows; the message names the message."""
+
+
 class ConfigurationError(RocketMQError, ValueError):
     """A user option is missing or invalid.
 

@@ -15,7 +15,7 @@ from rocketmq_spark.source.options import ENDING_OFFSETS, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import checked_starts
-from rocketmq_spark.source.starts import starting_offsets
+from rocketmq_spark.source.starts import check_within_ends, starting_offsets
 
 
 class RocketMQBatchReader(DataSourceReader):
@@ -50,6 +50,7 @@ class RocketMQBatchReader(DataSourceReader):
         if missing:
             raise ConfigurationError(ENDING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
                                      f"Use queues of the route: {', '.join(map(str, queues))}")
+        check_within_ends(ENDING_OFFSETS, opts.ending_offsets, latest)
         return {q: opts.ending_offsets.get(q, latest[q]) for q in queues}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -18,6 +18,7 @@ from datetime import datetime
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
     EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers, parse_tag_expression,
 )
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
@@ -44,6 +45,7 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 FAIL_ON_SHARED_GROUP = "failOnSharedGroup"
 COMMIT_OFFSETS = "commitOffsets"
 PULL_BATCH_SIZE = "pullBatchSize"
+MAX_BODY_BYTES = "maxBodyBytes"
 PULL_TIMEOUT_MS = "pullTimeoutMs"
 RETRY_BUDGET_MS = "retryBudgetMs"
 ACCESS_KEY = "accessKey"
@@ -60,7 +62,7 @@ ALL_OPTIONS = (
     NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
     CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
-    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE,
+    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE, MAX_BODY_BYTES,
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
     NAMESPACE, ON_OFFSET_RESET,
 )
@@ -82,10 +84,10 @@ MAX_PORT = 65535
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
                 "h": 3_600_000, "d": 86_400_000}
-
-
-# The group a batch read without ``consumerGroup`` pulls as (pulls name a group; nothing is stored).
-BATCH_READ_GROUP = "rocketmq-spark-reader"
+# What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
+# start, mqadmin's own, so none is created (autoCreateSubscriptionGroup=false is fine) and, as
+# pulls never commit, nothing is stored. Never namespaced: it is the broker's own name.
+BATCH_READ_GROUP = "TOOLS_CONSUMER"
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -138,6 +140,7 @@ class SourceOptions:
     pull_batch_size: int
     namespace: str | None
     on_offset_reset: OnOffsetReset = OnOffsetReset.FOLLOW
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # How long the driver and the tasks of a running query retry what a retry can fix (a broker
     # restarting), and how long a query's start does: one request timeout, as a failure there
     # almost always means a wrong address or an unreachable network.
@@ -153,7 +156,7 @@ class SourceOptions:
 
     @property
     def pull_group(self) -> str:
-        """The group pulls name: the consumer group, else the batch reader's own (nothing is stored)."""
+        """The group pulls name: the consumer group, else one every broker has (nothing is stored)."""
         return self.consumer_group or BATCH_READ_GROUP
 
     def display_topic(self, topic: str) -> str:
@@ -410,6 +413,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
         fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
         pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
+        max_body_bytes=reader.positive_int(MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES) or DEFAULT_MAX_BODY_BYTES,
         namespace=namespace,
         on_offset_reset=OnOffsetReset(reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset),
                                                     OnOffsetReset.FOLLOW.value)),

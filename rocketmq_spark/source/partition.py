@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.model import EXPRESSION_TAG, ClientConfig, MessageQueue
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
@@ -38,6 +39,7 @@ class RocketMQPartition(InputPartition):
     fail_on_data_loss: bool
     retry: Retry
     namespace: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @property
     def reads_every_message(self) -> bool:
@@ -59,6 +61,7 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
             sub_expression=options.sub_expression, expression_type=options.expression_type,
             tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
             fail_on_data_loss=options.fail_on_data_loss, retry=options.retry, namespace=options.namespace,
+            max_body_bytes=options.max_body_bytes,
         )
         for group in groups
     ]

@@ -54,8 +54,8 @@ class DataLoss:
 
     @classmethod
     def went_backwards(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
-        return cls(queue, lost_from, lost_to,
-                   f"are beyond the queue's end {max_offset}: it went backwards (topic recreated?)")
+        return cls(queue, lost_from, lost_to, f"are beyond the queue's end (max {max_offset}) although they were "
+                   "within it before: the queue went backwards (topic recreated, or broker store lost?)")
 
     @classmethod
     def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:

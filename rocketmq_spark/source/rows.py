@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.decoder import PullDecoder
 from rocketmq_spark.source.schema import ARROW_SCHEMA
 
@@ -38,14 +39,15 @@ class BatchBuilder:
     ``body_bytes`` reach its bound, so memory does not grow with the ranges.
     """
 
-    def __init__(self, ranges: Sequence[RowRange], tags: frozenset[str] | None) -> None:
+    def __init__(self, ranges: Sequence[RowRange], tags: frozenset[str] | None,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self._topic = pa.array([r.topic for r in ranges], pa.string())
         self._broker = pa.array([r.broker_name for r in ranges], pa.string())
         self._queue_id = pa.array([r.queue_id for r in ranges], _INT32)
         self._start = np.array([r.start for r in ranges], np.int64)
         self._end = np.array([r.end for r in ranges], np.int64)
         self._tags = None if tags is None else pa.array(sorted(tags), pa.string())
-        self._decoder = PullDecoder()
+        self._decoder = PullDecoder(max_body_bytes)
         self._reset()
 
     def _reset(self) -> None:

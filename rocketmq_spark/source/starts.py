@@ -5,7 +5,7 @@ go to whatever answers :class:`BrokerOffsets` (the driver's offset reader, or a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from rocketmq_spark.model import MessageQueue
@@ -47,8 +47,21 @@ def starting_offsets(options: SourceOptions, queues: Iterable[MessageQueue], bro
                 STARTING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
                 f"Use queues of the route: {', '.join(map(str, queue_list))}")
         explicit = dict(options.starting_offsets)
+        check_within_ends(STARTING_OFFSETS, explicit, brokers.max_offsets(sorted(explicit)))
     rest = [q for q in queue_list if q not in explicit]
     return {**explicit, **_group_offsets(options, rest, brokers)}
+
+
+def check_within_ends(option: str, offsets: Mapping[MessageQueue, int], ends: Mapping[MessageQueue, int]) -> None:
+    """Offsets a user gave must be within their queues: one past a queue's end names a message
+    that does not exist (yet), which is a mistake in the option, not data the query lost. A queue
+    missing from ``ends`` (its broker did not answer) is not judged."""
+    beyond = [f"{queue}: {offset} is beyond the queue's end (max {ends[queue]})"
+              for queue, offset in sorted(offsets.items()) if queue in ends and offset > ends[queue]]
+    if beyond:
+        raise ConfigurationError(option, f"names offsets past the end of their queues: {'; '.join(beyond)}",
+                                 "Give offsets at most each queue's max offset (the next offset to be written), "
+                                 "or use latest")
 
 
 def _group_offsets(options: SourceOptions, queues: list[MessageQueue], brokers: BrokerOffsets) -> OffsetMap:

@@ -8,19 +8,22 @@ server misbehave on purpose.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import codes, connection
 from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
-from rocketmq_spark.remoting.connection import Connection, ConnectionPool
+from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S, Connection
+from rocketmq_spark.remoting.pool import ConnectionPool
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError
 
 # A handler sees each request and says what to send back: commands (answers, or requests of the
-# server's own), nothing (leave it unanswered), or CLOSE.
+# server's own), nothing (leave it unanswered), or CLOSE; commands then CLOSE close after sending.
 CLOSE = object()
 Handler = Callable[[RemotingCommand, list[RemotingCommand]], object]
 
@@ -68,6 +71,9 @@ class ScriptedServer:
                         conn.shutdown(socket.SHUT_RDWR)
                         return
                     for command in outcome or ():  # type: ignore[attr-defined]
+                        if command is CLOSE:
+                            conn.shutdown(socket.SHUT_RDWR)
+                            return
                         conn.sendall(encode_frame(command))
 
     def close(self) -> None:
@@ -268,3 +274,104 @@ def test_a_caller_reading_keeps_answers_to_requests_it_waits_for_later(
     assert conn.request(request(n="3"), timeout=5.0).ext_fields["n"] == "3"
     assert conn.request(request(n="4"), timeout=5.0).ext_fields["n"] == "4"
     conn.close()
+
+
+# ------------------------------------------------------------------ idle and closed connections
+
+# How long a test waits for what a socket is sure to see soon (a close reaching the other end).
+SETTLE_S = 10.0
+
+
+def backdate(conn: Connection, seconds: float) -> None:
+    """Make the connection's last traffic ``seconds`` older, as if it had sat idle that long."""
+    conn._last_heard -= seconds
+    conn._last_sent -= seconds
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
+def test_a_connection_idle_past_the_limit_is_replaced_before_use(
+        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    """The server would close it about now (RocketMQ's do after 120 s): a request sent on it could
+    be lost with everything else in flight, so the pool opens another first."""
+    server = serve(lambda req, _: [answer(req)])
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
+    first = pool.get(server.address)
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    backdate(first, CONNECTION_MAX_IDLE_S - 1)
+    assert pool.get(server.address) is first  # not idle for long enough yet
+    backdate(first, 2)
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    assert first.closed and pool.opened(server.address) == 2 and server.accepted == 2
+    pool.close()
+
+
+def test_a_connection_waiting_for_an_answer_is_not_idle(serve: Callable[[Handler], ScriptedServer]) -> None:
+    """A long poll is traffic to come: only requests past their deadline stop counting."""
+    conn = connect(serve(lambda req, _: []), reader_thread=False)
+    pending = conn.submit(request(), timeout=CONNECTION_MAX_IDLE_S * 10)
+    backdate(conn, CONNECTION_MAX_IDLE_S * 2)
+    assert conn.idle_for() == 0 and conn.usable()
+    pending.deadline = time.monotonic() - 1  # given up on
+    assert conn.idle_for() > CONNECTION_MAX_IDLE_S and not conn.usable()
+    conn.close()
+
+
+def test_idle_connections_to_other_addresses_are_closed_when_one_is_asked_for(
+        serve: Callable[[Handler], ScriptedServer]) -> None:
+    """A worker process keeps its pools between tasks: a broker it no longer reads from does not
+    leave it a socket the broker has given up on."""
+    first, second = serve(lambda req, _: [answer(req)]), serve(lambda req, _: [answer(req)])
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False),
+                          sweep_every_s=0)
+    stale = pool.get(first.address)
+    pool.request(second.address, request(), 5.0)
+    assert not stale.closed
+    backdate(stale, CONNECTION_MAX_IDLE_S + 1)
+    pool.request(second.address, request(), 5.0)
+    assert stale.closed
+    pool.close()
+
+
+def test_a_connection_the_server_closed_is_noticed_before_a_request_is_sent_on_it(
+        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    """Without a reader thread nobody reads the close until the next request, which would be lost
+    on the half-closed socket: the pool looks first, and the request goes on a new connection."""
+    server = serve(lambda req, _: [answer(req), CLOSE] if req.ext_fields.get("last") else [answer(req)])
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=reader_thread))
+    closing = pool.get(server.address)
+    assert pool.request(server.address, request(last="yes"), 5.0).code == codes.ResponseCode.SUCCESS
+    wait_until(lambda: not closing.usable())
+    assert pool.request(server.address, request(), 5.0).code == codes.ResponseCode.SUCCESS
+    assert closing.closed and pool.opened(server.address) == 2
+    pool.close()
+
+
+def test_unread_answers_are_not_taken_for_a_close(serve: Callable[[Handler], ScriptedServer]) -> None:
+    """Answers to pulls nobody waits for any more wait in the socket: it is still open."""
+    conn = connect(serve(lambda req, _: [answer(req)]), reader_thread=False)
+    conn.submit(request(), timeout=5.0)
+    wait_until(lambda: bool(select.select([conn._raw_sock], [], [], 0)[0]))  # the answer is in
+    assert conn.usable()
+    assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS
+    conn.close()
+
+
+def test_close_waits_for_a_stuck_reader_thread_for_a_bounded_time(
+        serve: Callable[[Handler], ScriptedServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing the socket ends the reader's receive; a reader stuck elsewhere does not hold up
+    close(), which gives up on it after READER_JOIN_TIMEOUT_S (a daemon, it ends with the process)."""
+    release = threading.Event()
+    monkeypatch.setattr(Connection, "_read_loop", lambda self: release.wait())
+    monkeypatch.setattr(connection, "READER_JOIN_TIMEOUT_S", 0.01)
+    conn = connect(serve(lambda req, _: [answer(req)]), reader_thread=True)
+    conn.close()
+    assert conn.closed
+    assert conn._reader is not None and conn._reader.is_alive()  # close() returned without it
+    release.set()
+    conn._reader.join()

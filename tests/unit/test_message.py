@@ -11,8 +11,10 @@ import pytest
 import zstandard
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.errors import ProtocolError
+from rocketmq_spark.remoting.errors import BodyTooLargeError, ProtocolError
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES
+from rocketmq_spark.records.decoder import decode_pulls
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.source.options import parse_tag_expression
@@ -227,6 +229,56 @@ def test_broken_compressed_body_names_the_queue_offset(compression_type: int, ga
     body = record(queue_offset=0) + record(body=garbage, sys_flag=sys_flag, queue_offset=77)
     with pytest.raises(ProtocolError, match=r"queue offset 77 \(byte \d+\)"):
         decode_messages(body)
+
+
+# A body that decompresses to many times its size, and the bound the tests read it under.
+BOMB = bytes(64 * 1024)
+BOUND = 1000
+BOUND_ERROR = r"at topic TopicA, queue 3, queue offset 77 decompresses to more than 1000 bytes.*raise the maxBodyBytes"
+
+
+def compressed_as(compression_type: int, data: bytes, frames: int = 1) -> tuple[int, bytes]:
+    """The sysFlag and body of a message whose body ``data`` is compressed, in ``frames`` frames."""
+    step = -(-len(data) // frames)
+    parts = [data[i:i + step] for i in range(0, len(data), step)]
+    compress = {codes.COMPRESSION_ZLIB: lambda part: zlib.compress(part, 5), codes.COMPRESSION_LZ4: lz4.frame.compress,
+                codes.COMPRESSION_ZSTD: zstd_stream}[compression_type]
+    return (codes.MSG_FLAG_COMPRESSED | compression_type << codes.MSG_COMPRESSION_TYPE_SHIFT,
+            b"".join(map(compress, parts)))
+
+
+ALL_COMPRESSIONS = pytest.mark.parametrize(
+    ("compression_type", "frames"),
+    [(codes.COMPRESSION_ZLIB, 1), (codes.COMPRESSION_LZ4, 1), (codes.COMPRESSION_ZSTD, 1),
+     (codes.COMPRESSION_LZ4, 2), (codes.COMPRESSION_ZSTD, 2)],
+    ids=["zlib", "lz4", "zstd", "lz4-two-frames", "zstd-two-frames"],
+)
+
+
+@ALL_COMPRESSIONS
+def test_a_body_decompressing_past_the_bound_fails_naming_the_message_and_the_option(
+        compression_type: int, frames: int) -> None:
+    """Both decoders stop at the bound (two frames each under it count together) and name the
+    message by topic, queue and offset, with what to do."""
+    sys_flag, compressed = compressed_as(compression_type, BOMB, frames)
+    assert len(compressed) < BOUND
+    body = record(queue_offset=76, queue_id=3) + record(body=compressed, sys_flag=sys_flag, queue_offset=77, queue_id=3)
+    with pytest.raises(BodyTooLargeError, match=BOUND_ERROR):
+        decode_messages(body, max_body_bytes=BOUND)
+    with pytest.raises(BodyTooLargeError, match=BOUND_ERROR):
+        decode_pulls([body], max_body_bytes=BOUND)
+
+
+@ALL_COMPRESSIONS
+def test_a_body_of_exactly_the_bound_is_read(compression_type: int, frames: int) -> None:
+    sys_flag, compressed = compressed_as(compression_type, BOMB[:BOUND], frames)
+    body = record(body=compressed, sys_flag=sys_flag)
+    assert [m.body for m in decode_messages(body, max_body_bytes=BOUND)] == [BOMB[:BOUND]]
+    assert decode_pulls([body], max_body_bytes=BOUND).body.to_pylist() == [BOMB[:BOUND]]
+
+
+def test_the_default_bound_is_four_of_rocketmqs_largest_default_messages() -> None:
+    assert DEFAULT_MAX_BODY_BYTES == 4 * ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES == 16 * 1024 * 1024
 
 
 def test_unknown_compression_type_is_a_protocol_error() -> None:

@@ -41,12 +41,16 @@ def test_stream_defaults() -> None:
     assert opts.max_trigger_delay_ms == 15 * 60 * 1000
     assert (opts.fail_on_data_loss, opts.commit_offsets, opts.pull_batch_size) == (True, True, 32)
     assert opts.on_offset_reset is OnOffsetReset.FOLLOW
+    assert opts.max_body_bytes == 16 * 1024 * 1024
+    assert stream(maxBodyBytes="1000").max_body_bytes == 1000
 
 
 def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
-    opts = parse_options({"nameServer": "h:1", "topic": "t"}, streaming=False, now_ms=NOW_MS)
+    opts = parse_options({"nameServer": "h:1", "topic": "t", "namespace": "ns"}, streaming=False, now_ms=NOW_MS)
     assert opts.starting_mode is StartingMode.EARLIEST
     assert opts.consumer_group is None
+    # Pulls name a group every broker has from its start, never namespaced.
+    assert opts.pull_group == "TOOLS_CONSUMER"
     assert opts.ending_offsets is None
 
 

@@ -223,7 +223,7 @@ def test_an_offset_moved_notice_inside_the_range_is_not_data_loss(broker: list[F
 
 def test_offsets_beyond_the_queues_end_are_lost_as_beyond_it(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(40))
-    with pytest.raises(DataLossError, match=r"offsets \[50, 100\) are beyond the queue's end 40"):
+    with pytest.raises(DataLossError, match=r"offsets \[50, 100\) are beyond the queue's end \(max 40\)"):
         offsets(broker, partition(50, 100))
 
 

@@ -148,6 +148,16 @@ def test_json_starting_offsets_must_name_existing_queues() -> None:
         reader.initialOffset()
 
 
+def test_json_starting_offsets_past_a_queues_end_fail_at_the_start_naming_the_end() -> None:
+    """A start past the end is a mistake in the option, not a queue that went backwards."""
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 5)})
+    reader = stream(fake, startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 10}, "broker-b": {"0": 6}}}))
+    with pytest.raises(ConfigurationError, match=r"startingOffsets.*broker-b/0: 6 is beyond the queue's end \(max 5\)"
+                       ) as raised:
+        reader.initialOffset()
+    assert "broker-a" not in str(raised.value) and "went backwards" not in str(raised.value)
+
+
 # ------------------------------------------------------------------ latestOffset
 
 
@@ -310,13 +320,13 @@ def test_partitions_split_as_the_options_ask() -> None:
 
 def test_partitions_carry_what_a_task_needs() -> None:
     fake = FakeOffsets({A0: (0, 10)})
-    reader = stream(fake, subExpression="TagA || TagB", pullBatchSize="7", namespace="ns")
+    reader = stream(fake, subExpression="TagA || TagB", pullBatchSize="7", namespace="ns", maxBodyBytes="5000")
     start = {MessageQueue("ns%" + TOPIC, "broker-a", 0): 0}
     fake.ranges = {MessageQueue("ns%" + TOPIC, "broker-a", 0): (0, 10)}
     [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
     assert isinstance(part, RocketMQPartition)
-    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size) == (
-        TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7)
+    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size,
+            part.max_body_bytes) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
 
 
 # ------------------------------------------------------------------------- batch
@@ -362,3 +372,17 @@ def test_a_batch_fails_on_expired_json_offsets_unless_allowed() -> None:
     with pytest.raises(DataLossError, match="deleted or expired"):
         batch(fake, startingOffsets=start)
     assert batch(fake, startingOffsets=start, failOnDataLoss="false") == [(A0, 5, 10)]
+
+
+def test_a_batch_fails_at_planning_on_json_offsets_past_a_queues_end() -> None:
+    """Past the end, whatever failOnDataLoss says: the error names the end, at once, not after a
+    wait as data the broker no longer has."""
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 10)})
+    past = json.dumps({TOPIC: {"broker-a": {"0": 11}, "broker-b": {"0": 0}}})
+    for name in ("startingOffsets", "endingOffsets"):
+        for fail_on_data_loss in ("true", "false"):
+            with pytest.raises(ConfigurationError, match=name + r".*broker-a/0: 11 is beyond the queue's end \(max 10\)"):
+                batch(fake, failOnDataLoss=fail_on_data_loss, **{name: past})
+    at_end = json.dumps({TOPIC: {"broker-a": {"0": 10}, "broker-b": {"0": 0}}})
+    assert batch(fake, startingOffsets=at_end) == [(B0, 0, 10)]
+    assert batch(fake, endingOffsets=at_end) == [(A0, 0, 10)]
