@@ -2,7 +2,8 @@
 
 Every fenced block of README.md and docs/ is marked tested or illustrative; this module runs the
 quickstart's hello world on its launcher path (``make cluster-start``, RocketMQ's mqadmin and the
-project's producer, ``hello.py`` with ``python``, the batch count) and the demo from the built
+project's producer, ``hello.py`` with ``python``, the batch count), progress.md's lag on a run of
+that topic, and the demo from the built
 wheel in a fresh virtualenv, outside the checkout; test_cluster_recipe.py runs the cluster
 recipe of docs/operations.md. The only changes to a block are the substitutions each test lists:
 the name server's address, and the commands' interpreter where the block names a checkout's.
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.docs]
 # Every label a test here or in test_cluster_recipe.py runs.
 TESTED_LABELS = {
     "hello-start", "hello-produce", "hello-program", "hello-run", "hello-batch", "demo",
-    "cluster-pack", "cluster-backfill", "cluster-stream",
+    "cluster-pack", "cluster-backfill", "cluster-stream", "progress-read", "progress-lag",
 }
 DOCUMENTED_NAMESRV = "127.0.0.1:9876"
 DOCUMENTED_NAMESRV_PORT = 9876
@@ -45,6 +46,14 @@ DEMO_TIMEOUT_S = 900.0
 DEMO_PAID = 1500
 CONSOLE_BODY = re.compile(r"\|(message \d+)\s*\|")
 PYTHON_BIN = str(Path(sys.executable).parent)
+# The query progress.md's blocks read: the hello world's topic to the end, a few messages a batch.
+PROGRESS_STREAM = """query = (spark.readStream.format("rocketmq").option("nameServer", "{namesrv}")
+         .option("topic", "TopicTest").option("consumerGroup", "hello-progress")
+         .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET").option("maxMessagesPerTrigger", "4").load()
+         .writeStream.format("noop").option("checkpointLocation", "{checkpoint}")
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+"""
 
 
 def reader_env(**extra: str) -> dict[str, str]:
@@ -78,8 +87,14 @@ def test_quickstart_hello_world(tmp_path: Path) -> None:
         # The snippet is one expression in the hello world's session: the program up to it.
         lines = program.splitlines()
         session = "\n".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("spark = ")) + 1])
-        (tmp_path / "count.py").write_text(f"{session}\n\nprint('count', {count})\n")
-        assert f"count {HELLO_MESSAGES}" in shell("python count.py", tmp_path, env)
+        # The progress page's blocks after an AvailableNow run of the hello world's stream, in
+        # batches of a few messages, in the same session.
+        stream = PROGRESS_STREAM.format(namesrv=namesrv, checkpoint=tmp_path / "checkpoint")
+        (tmp_path / "count.py").write_text(f"{session}\n\nprint('count', {count})\n\n{stream}\n"
+                                           f"{documented('progress-read')}\n{documented('progress-lag')}")
+        output = shell("python count.py", tmp_path, env)
+        assert f"count {HELLO_MESSAGES}" in output, output
+        assert re.search(r"^0 messages behind on [1-9]\d* queues$", output, re.MULTILINE), output
     finally:
         shell("make cluster-stop", REPO, env)
 
