@@ -1,6 +1,6 @@
 """Start and stop a real Apache RocketMQ on loopback from the Maven Central jars.
 
-The tests, benchmarks and demo all run against this cluster: a name server, one or two brokers
+The tests, benchmarks and ``make demo`` all run against this cluster: a name server, one or two brokers
 (``broker-a``, ``broker-b``) in one cluster and, on request, the 5.x proxy. Each server runs in its
 own JVM with a small heap; stores, logs and configs live under one work directory, and ``stop``
 ends exactly the processes that ``start`` recorded, by pid. The release is 5.3.3 unless

@@ -1,4 +1,4 @@
-"""The local SparkSession the tests, the demo and the benchmark share.
+"""The local SparkSession the tests and the benchmark share.
 
 Python workers must run this interpreter, the one the package is installed in, or Spark would
 not find ``format("rocketmq")`` in them.

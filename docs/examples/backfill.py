@@ -4,8 +4,10 @@
         --start 2025-01-01T00:00:00Z --end 2025-01-02T00:00:00Z --out /data/orders/2025-01-01
 
 The window is [start, end) by each message's store time. The read stores no offsets on the
-broker, so it does not disturb any consumer group. Needs `pip install rocketmq-spark` on the
-driver and the executors (or --py-files with a built wheel).
+broker, so it does not disturb any consumer group. Needs the package on the driver and the
+executors: on a cluster, a virtualenv packed with venv-pack and shipped with --archives (the
+cluster recipe in docs/operations.md). --py-files cannot ship it: its dependencies lz4 and
+zstandard are C extensions, which Python does not import from a zip file.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pyspark.sql import SparkSession
 
 
 def epoch_ms(text: str) -> str:
+    """An ISO-8601 time as the epoch milliseconds the source's timestamp options take."""
     return str(int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000))
 
 
