@@ -14,8 +14,10 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client_requests import read_offset_reset
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode
+from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S
 from rocketmq_spark.remoting.errors import OffsetResetError
 from rocketmq_spark.source import resets
+from rocketmq_spark.source.group import HEARTBEAT_INTERVAL_S
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
 from rocketmq_spark.source.options import OnOffsetReset
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
@@ -207,3 +209,10 @@ def test_spark_s_commit_of_the_batch_before_a_followed_reset_does_not_undo_it() 
     after = reader.latestOffset(end, ReadAllAvailable())
     assert after == end
     assert fake.stored == {A0: END, A1: END}
+
+
+def test_the_group_s_heartbeats_keep_the_driver_s_broker_connections_from_going_idle() -> None:
+    """A connection idle past its limit is replaced, which the driver takes for a broker that came
+    back from a crash (no reset looked for there). A committing stream's heartbeats use the same
+    connections, so they must come more often than that limit, whatever the trigger interval."""
+    assert HEARTBEAT_INTERVAL_S < CONNECTION_MAX_IDLE_S
