@@ -61,7 +61,7 @@ SETTINGS: dict[str, tuple[str, str | None, str]] = {
                    "the query's checkpoint directory"),
     "output": ("s3://my-bucket/tables/rocketmq/orders", "rocketmq-notebook/orders", "where the rows go"),
     "sink_format": ("delta", "parquet", "delta or parquet"),
-    "secret_scope": ("rocketmq", None, "secret scope holding access-key and secret-key; empty: no ACL"),
+    "secret_scope": ("", None, "secret scope holding access-key and secret-key; empty: no ACL"),
 }
 
 
@@ -184,7 +184,7 @@ def lag_per_queue(progress: Any) -> dict[str, int]:
     # From the report's JSON: its own fields are Python's notation, not JSON, on PySpark 4.0/4.1.
     source = json.loads(progress.json)["sources"][0]
     end, latest = offsets(source["endOffset"]), offsets(source["latestOffset"])
-    return {f"{topic}/{broker}/{queue}": offset - end.get(topic, {}).get(broker, {}).get(queue, 0)
+    return {f"{topic}/{broker}/{queue}": max(0, offset - end.get(topic, {}).get(broker, {}).get(queue, 0))
             for topic, brokers in latest.items() for broker, queues in brokers.items()
             for queue, offset in queues.items()}
 
@@ -200,6 +200,9 @@ else:
 
 # COMMAND ----------
 
+if query.isActive:
+    # With an interval trigger the first batch may not have written the table yet.
+    query.processAllAvailable()
 table = spark.read.format(settings["sink_format"]).load(settings["output"])
 print(f"{settings['output']} holds {table.count()} rows")
 
