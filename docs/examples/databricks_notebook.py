@@ -80,6 +80,9 @@ def read_settings() -> dict[str, str]:
         if default is not None:
             parser.add_argument(f"--{name.replace('_', '-')}", help=label,
                                 default=os.environ.get(f"ROCKETMQ_{name.upper()}", default))
+    parser.add_argument("--until-caught-up", action="store_true",
+                        help="with an interval trigger, stop once what the queues held is read, "
+                             "instead of running until interrupted")
     return vars(parser.parse_args())
 
 
@@ -152,10 +155,15 @@ else:
     writer = writer.trigger(processingTime=settings["trigger"])
 query = writer.start(settings["output"])
 
-if settings["trigger"] == AVAILABLE_NOW or not ON_DATABRICKS:
-    # A notebook leaves a running stream be; a script waits for it (until interrupted).
+if settings["trigger"] == AVAILABLE_NOW:
     query.awaitTermination()
     print("caught up to where the queues ended when the run started")
+elif settings.get("until_caught_up"):
+    query.processAllAvailable()
+    print("caught up to where the queues end")
+elif not ON_DATABRICKS:
+    # A notebook leaves a running stream be; a script waits for it (until interrupted).
+    query.awaitTermination()
 
 # COMMAND ----------
 
@@ -207,4 +215,5 @@ table = spark.read.format(settings["sink_format"]).load(settings["output"])
 print(f"{settings['output']} holds {table.count()} rows")
 
 if not ON_DATABRICKS:
+    query.stop()
     spark.stop()

@@ -2,7 +2,8 @@
 
 It runs twice against a broker with ACL on (keys in the environment, where the notebook reads
 them when it is not on Databricks), as a scheduled job would: the second run, from the same
-checkpoint, writes only what arrived in between. Every message lands once, and the group's
+checkpoint, writes only what arrived in between; then once more with an interval trigger, as a
+notebook that keeps the stream running, until it has caught up. Every message lands once, and the group's
 stored offsets end where the queues end.
 """
 
@@ -29,6 +30,8 @@ BROKER_PORT = shifted(22911)
 QUEUES = 2
 FIRST_RUN = 600
 SECOND_RUN = 150
+THIRD_RUN = 400
+INTERVAL = "1 second"
 PER_TRIGGER = "250"
 SIGNED = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
 
@@ -45,12 +48,13 @@ def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.stop(at_once=True)
 
 
-def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path) -> str:
+def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path,
+                 *trigger: str) -> str:
     env = {**job_env(), "ROCKETMQ_ACCESS_KEY": ACL_USER, "ROCKETMQ_SECRET_KEY": ACL_PASSWORD}
     done = subprocess.run(
         [sys.executable, str(NOTEBOOK), "--remote", server.url, "--name-server", cluster.namesrv_addr,
          "--topic", topic, "--consumer-group", group, "--max-per-trigger", PER_TRIGGER,
-         "--checkpoint", str(work / "checkpoint"), "--output", str(work / "orders")],
+         "--checkpoint", str(work / "checkpoint"), "--output", str(work / "orders"), *trigger],
         capture_output=True, text=True, cwd=work, env=env, timeout=JOB_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"the notebook failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done.stdout
@@ -65,14 +69,19 @@ def test_the_notebook_runs_as_a_scheduled_job_would(connect_server: ConnectServe
     first = run_notebook(connect_server, acl_cluster, topic, group, tmp_path)
     sent += acl_cluster.tool("produce", "--topic", topic, "--count", str(SECOND_RUN), "--keys", "n2-{i}", *SIGNED)
     second = run_notebook(connect_server, acl_cluster, topic, group, tmp_path)
+    # The same checkpoint with an interval trigger, as a notebook that keeps the stream running.
+    sent += acl_cluster.tool("produce", "--topic", topic, "--count", str(THIRD_RUN), "--keys", "n3-{i}", *SIGNED)
+    third = run_notebook(connect_server, acl_cluster, topic, group, tmp_path,
+                         "--trigger", INTERVAL, "--until-caught-up")
 
-    for out in (first, second):
+    for out in (first, second, third):
         assert f"lag: 0 messages behind on {QUEUES} queues" in out, out
     assert f"holds {FIRST_RUN} rows" in first
     assert f"holds {FIRST_RUN + SECOND_RUN} rows" in second
+    assert f"holds {FIRST_RUN + SECOND_RUN + THIRD_RUN} rows" in third
     keys = Counter(row.keys for row in spark.read.parquet(str(tmp_path / "orders")).select("keys").collect())
     assert set(keys) == {m["keys"] for m in sent}
     assert max(keys.values()) == 1, "a message reached the table twice"
     offsets = acl_cluster.tool("offsets", "--topic", topic, "--group", group, *SIGNED)
     assert [row["consumerOffset"] for row in offsets] == [row["maxOffset"] for row in offsets]
-    assert sum(row["maxOffset"] for row in offsets) == FIRST_RUN + SECOND_RUN
+    assert sum(row["maxOffset"] for row in offsets) == FIRST_RUN + SECOND_RUN + THIRD_RUN
