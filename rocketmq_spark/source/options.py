@@ -9,7 +9,6 @@ made by the readers when they first resolve offsets.
 from __future__ import annotations
 
 import enum
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
+from rocketmq_spark.source.option_values import OptionReader
 
 # Option names exactly as documented; matching is case-insensitive.
 NAME_SERVER = "nameServer"
@@ -66,9 +66,8 @@ ALL_OPTIONS = (
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
     NAMESPACE, ON_OFFSET_RESET,
 )
-_CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 # Options Spark itself may add to a source's map.
-_SPARK_OWNED = frozenset({"path"})
+SPARK_OWNED = frozenset({"path"})
 
 DEFAULT_PULL_BATCH_SIZE = 32
 DEFAULT_PULL_TIMEOUT_MS = 10_000
@@ -81,9 +80,6 @@ ROCKETMQ_TIMESTAMP_DIGITS = 14
 MS_PER_SECOND = 1000
 MAX_PORT = 65535
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
-_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
-                "h": 3_600_000, "d": 86_400_000}
 # What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
 # start, mqadmin's own, so none is created (autoCreateSubscriptionGroup=false is fine) and, as
 # pulls never commit, nothing is stored. Never namespaced: it is the broker's own name.
@@ -164,90 +160,7 @@ class SourceOptions:
         return without_namespace(topic, self.namespace)
 
 
-class _Reader:
-    """Case-insensitive access to the raw option strings, with typed getters that explain errors."""
-
-    def __init__(self, raw: Mapping[str, str]) -> None:
-        self.values: dict[str, str] = {}
-        unknown = []
-        for key, value in raw.items():
-            canonical = _CANONICAL.get(key.lower())
-            if canonical is None:
-                if key.lower() not in _SPARK_OWNED:
-                    unknown.append(key)
-                continue
-            self.values[canonical] = str(value)
-        if unknown:
-            raise ConfigurationError(
-                ", ".join(sorted(unknown)), "not an option of the rocketmq source",
-                f"Check the spelling; the options are: {', '.join(ALL_OPTIONS)}",
-            )
-
-    def get(self, name: str) -> str | None:
-        value = self.values.get(name)
-        return value.strip() if value is not None and value.strip() else None
-
-    def required(self, name: str, fix: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise ConfigurationError(name, "is required", fix)
-        return value
-
-    def choice(self, name: str, allowed: tuple[str, ...], default: str, *, also: tuple[str, ...] = ()) -> str:
-        """One of ``allowed``, any case; the error names ``also`` too (kinds of value, such as JSON
-        offsets, that the caller told apart before)."""
-        value = self.get(name)
-        if value is None:
-            return default
-        for option in allowed:
-            if value.upper() == option.upper():
-                return option
-        raise ConfigurationError(name, f"unknown value '{value}'", f"Use one of: {', '.join(allowed + also)}")
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.get(name)
-        if value is None:
-            return default
-        if value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise ConfigurationError(name, f"unknown value '{value}'", "Use one of: true, false")
-
-    def positive_int(self, name: str, default: int | None = None, *, zero_ok: bool = False) -> int | None:
-        value = self.get(name)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            number = -1
-        if number < 0 or (number == 0 and not zero_ok):
-            kind, least = ("whole number of 0 or more", "0 or more") if zero_ok else (
-                "positive whole number", "above 0")
-            raise ConfigurationError(name, f"'{value}' is not a {kind}", f"Give a number {least}")
-        return number
-
-    def epoch_ms(self, name: str) -> int | None:
-        value = self.get(name)
-        if value is None:
-            return None
-        if not value.isdigit():
-            raise ConfigurationError(name, f"'{value}' is not a time in epoch milliseconds",
-                                     "Give milliseconds since 1970-01-01T00:00:00Z, e.g. 1700000000000")
-        return int(value)
-
-    def duration_ms(self, name: str, default: int) -> int:
-        value = self.get(name)
-        if value is None:
-            return default
-        match = _DURATION.match(value)
-        if match is None:
-            raise ConfigurationError(name, f"'{value}' is not a duration",
-                                     "Write it as Spark does: a number with a unit, e.g. 500ms, 30s, 15m, 1h")
-        unit = match.group(2).lower() if match.group(2) else None
-        return int(int(match.group(1)) * _DURATION_MS[unit])
-
-
-def _consume_timestamp(reader: _Reader, now_ms: int) -> int:
+def _consume_timestamp(reader: OptionReader, now_ms: int) -> int:
     value = reader.get(CONSUME_TIMESTAMP)
     if value is None:
         return now_ms - DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS
@@ -263,7 +176,7 @@ def _consume_timestamp(reader: _Reader, now_ms: int) -> int:
                              "or epoch milliseconds")
 
 
-def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tuple[str, ...]) -> OffsetMap:
+def _offsets_json(reader: OptionReader, name: str, namespace: str | None, topics: tuple[str, ...]) -> OffsetMap:
     text = reader.get(name)
     assert text is not None
     try:
@@ -280,7 +193,7 @@ def _offsets_json(reader: _Reader, name: str, namespace: str | None, topics: tup
     return offsets
 
 
-def _client_config(reader: _Reader, name_servers: tuple[str, ...]) -> ClientConfig:
+def _client_config(reader: OptionReader, name_servers: tuple[str, ...]) -> ClientConfig:
     """How the client reaches the cluster: timeout, credentials and TLS."""
     access_key, secret_key = reader.get(ACCESS_KEY), reader.get(SECRET_KEY)
     if (access_key is None) != (secret_key is None):
@@ -315,7 +228,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     rule is checked but those of one kind only (a stream's group, a batch's ending options).
     """
     now = int(time.time() * MS_PER_SECOND) if now_ms is None else now_ms
-    reader = _Reader(raw)
+    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED)
     name_servers = parse_name_servers(reader.required(
         NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
     for address in name_servers:
