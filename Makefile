@@ -73,7 +73,7 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset against one release, e.g. make compat ROCKETMQ_VERSION=4.9.7 (about
-# 4 to 5 minutes on 5.x, where its cases also run through the proxy, and 2.5 on 4.9.7, on 2 cores;
+# 8 to 9 minutes on 5.x, where its cases also run through the proxy, and 5 on 4.9.7, on 2 cores;
 # see docs/running-rocketmq.md).
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
