@@ -41,45 +41,55 @@ def _zlib(data: bytes, limit: int) -> bytes:
     return out
 
 
+class _Bounded:
+    """Decompressed chunks gathered up to the bound: one more byte than it raises _TooLarge."""
+
+    def __init__(self, limit: int) -> None:
+        self.room = limit
+        self.parts: list[bytes] = []
+
+    def add(self, chunk: bytes) -> None:
+        self.room -= len(chunk)
+        if self.room < 0:
+            raise _TooLarge
+        self.parts.append(chunk)
+
+    def joined(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _frame_ended(eof: bool) -> None:
+    if not eof:
+        raise ValueError("compressed data is truncated")
+
+
 def _lz4(data: bytes, limit: int) -> bytes:
     """One or more back-to-back frames, as Java's stream reads them."""
-    out: list[bytes] = []
-    total = 0
+    out = _Bounded(limit)
     while True:
         decompressor = lz4.frame.LZ4FrameDecompressor()
-        chunk = decompressor.decompress(data, max_length=limit - total + 1)
-        total += len(chunk)
-        if total > limit:
-            raise _TooLarge
-        out.append(chunk)
-        if not decompressor.eof:
-            raise ValueError("compressed data is truncated")
+        out.add(decompressor.decompress(data, max_length=out.room + 1))
+        _frame_ended(decompressor.eof)
         data = decompressor.unused_data
         if not data:
-            return b"".join(out)
+            return out.joined()
 
 
 def _zstd(data: bytes, limit: int) -> bytes:
     """One or more back-to-back frames; streaming, as Java's ZstdOutputStream omits the content
     size, and fed a step at a time, as zstandard's decompressor has no output bound of its own."""
-    out: list[bytes] = []
-    total = 0
+    out = _Bounded(limit)
     rest = memoryview(data)
     while True:
         decompressor = zstandard.ZstdDecompressor().decompressobj()
         position = 0
         while not decompressor.eof and position < len(rest):
-            chunk = decompressor.decompress(rest[position:position + ZSTD_INPUT_STEP_BYTES])
+            out.add(decompressor.decompress(rest[position:position + ZSTD_INPUT_STEP_BYTES]))
             position += ZSTD_INPUT_STEP_BYTES
-            total += len(chunk)
-            if total > limit:
-                raise _TooLarge
-            out.append(chunk)
-        if not decompressor.eof:
-            raise ValueError("compressed data is truncated")
+        _frame_ended(decompressor.eof)
         rest = memoryview(decompressor.unused_data + bytes(rest[position:]))
         if not rest:
-            return b"".join(out)
+            return out.joined()
 
 
 # By ``(sysFlag & MASK) >> SHIFT``; messages written before the type bits existed carry 0 (zlib).
