@@ -17,7 +17,7 @@ import pytest
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.offset_reader import CommitResult
+from rocketmq_spark.source.commits import CommitResult
 from rocketmq_spark.source.offsets import OffsetMap, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
