@@ -106,6 +106,30 @@ class OffsetResetError(RocketMQError):
     """An operator reset the group's offsets under a query that was told to stop then."""
 
 
+class QueueNotRoutedError(RocketMQError):
+    """A queue a planned batch reads is in no route now: its broker is away (restarting, or cut
+    off from the name server) and its queues come back with it."""
+
+    retriable = True
+
+    def __init__(self, broker: str, queue: str) -> None:
+        self.broker = broker
+        super().__init__(f"broker {broker} is not registered with the name server, and the micro-batch being run "
+                         f"again reads {queue} from it; waiting for it to return")
+
+
+class BrokersUnreachableError(RocketMQError):
+    """Every broker of a running stream's topics is registered but none has answered for the
+    retry budget: nothing can be read."""
+
+    def __init__(self, brokers: list[str], budget_s: float, cause: RocketMQError) -> None:
+        self.brokers = brokers
+        super().__init__(
+            f"brokers {', '.join(brokers)} are registered with the name server but have not answered for "
+            f"{budget_s:g} s (retryBudgetMs), and no other broker serves the topic: {cause}. Check that they run "
+            "and can be reached from the driver, or raise retryBudgetMs to wait longer")
+
+
 # Codes after which the same request can succeed later: the server is busy or
 # is going away and asks the client to use another connection. FLOW_CONTROL is
 # the busy signal the Java pull consumers back off on.

@@ -28,7 +28,8 @@ from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffse
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, ConfigurationError, ProtocolError, RocketMQError, TopicNotFoundError,
+    BrokerResponseError, BrokersUnreachableError, ConfigurationError, ProtocolError, QueueNotRoutedError,
+    RocketMQError, TopicNotFoundError,
 )
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
@@ -71,7 +72,10 @@ class OffsetReader:
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
         self._opened: dict[str, int] = {}  # connections opened per broker address, at the last look
-        self.commits = GroupCommits(self.client, options, lambda: self._addresses, self._routes_changed)
+        self.commits = GroupCommits(self.client, options, self.reachable_routes, self._routes_changed)
+        # Brokers that are registered but did not answer a running stream, since when (clock time):
+        # their queues are held, as those of a broker that went away are (see ``max_offsets``).
+        self.unreachable: dict[str, float] = {}
 
     def close(self) -> None:
         self.client.close()
@@ -120,7 +124,8 @@ class OffsetReader:
         """Of queues missing from the routes, those whose broker is not registered right now.
 
         A stopped or restarting broker drops out of the routes; its queues come back with it, so
-        they are waited for, not lost. A queue whose broker is up but no longer lists it is gone.
+        they are waited for, not lost; so are those of a registered broker that does not answer
+        (``max_offsets``). A queue whose broker is up but no longer lists it is gone.
         """
         queues = set(absent)
         if not queues:
@@ -131,7 +136,7 @@ class OffsetReader:
         # A broker that registered again between the routes and this answer lists its queues
         # again by now: only a queue still missing from fresh routes is gone.
         back = self.queues(missing_ok=True, fresh=True)
-        return {q for q in queues if q.broker_name not in live or q in back}
+        return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
 
     def broker_addresses(self) -> set[str]:
         """Where the queues of the last routes are served (a broker each, or a proxy): safe to ask
@@ -155,6 +160,24 @@ class OffsetReader:
                 self._opened[address] = count
         self.commits.forget(again)
         return frozenset(again)
+
+    def reachable_routes(self) -> dict[MessageQueue, str]:
+        """The routes without the queues of brokers that did not answer last time: requests that
+        can wait (commits, reset checks) are not sent to them until they answer again."""
+        return {q: a for q, a in self._addresses.items() if q.broker_name not in self.unreachable}
+
+    def planned_address(self, queue: MessageQueue) -> str:
+        """The address of a queue that a batch in Spark's offset log reads. The batch must read
+        the same ranges whenever it runs, so a broker that is away now is waited for, for
+        ``retryBudgetMs``, with routes asked again while waiting."""
+        def routed() -> str:
+            if queue not in self._addresses:
+                self.queues(missing_ok=True, fresh=True)
+            if queue not in self._addresses:
+                raise QueueNotRoutedError(queue.broker_name, str(queue))
+            return self._addresses[queue]
+
+        return self.options.retry.call(routed, f"route of {queue}")
 
     def address(self, queue: MessageQueue) -> str:
         if queue not in self._addresses:
@@ -199,36 +222,40 @@ class OffsetReader:
 
     # ----------------------------------------------------------------- offsets
 
-    def _topic_stats(self, queues: list[MessageQueue]) -> tuple[dict[MessageQueue, QueueOffsets], bool]:
+    def _topic_stats(self, queues: list[MessageQueue]) -> tuple[dict[MessageQueue, QueueOffsets],
+                                                                 dict[str, RocketMQError]]:
         """Min and max offsets of the queues' topics on each broker that answers topic stats, and
-        whether a broker failed in a way that may mean it went away."""
+        the brokers that failed in a way that may mean they went away or hang, with why."""
         address = {q: self.address(q) for q in queues}
         stats_of = sorted({(q.topic, q.broker_name, address[q]) for q in queues
                            if address[q] not in self._no_topic_stats})
         outcomes = self.client.call_many([(a, calls.topic_stats(topic, broker))
                                           for topic, broker, a in stats_of]) if stats_of else []
         found: dict[MessageQueue, QueueOffsets] = {}
-        unanswered = False
-        for (_, _, a), outcome in zip(stats_of, outcomes):
+        unanswered: dict[str, RocketMQError] = {}
+        for (_, broker, a), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, ProtocolError) or (
                     isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
                 self._no_topic_stats.add(a)  # from now on, queue by queue
             elif isinstance(outcome, RocketMQError):
                 # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
                 # its queues' own answers say where they stand, as they did before stats.
-                unanswered = unanswered or outcome.retriable
+                if outcome.retriable:
+                    unanswered[broker] = outcome
             else:
                 if any(q not in self._addresses for q in outcome):
                     self._routes_changed()  # the broker has queues the route does not list yet
                 found.update(outcome)
         return found, unanswered
 
-    def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
+    def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
         """Each queue's next offset; the min offsets come with them where topic stats answer.
 
         A broker that does not answer sends the routes to be asked again at once: its queues are
-        left out if it is no longer registered (the caller waits for them), else asked one by
-        one under the retry policy.
+        left out if it is no longer registered (the caller waits for them). If it is still
+        registered, a running stream (``hold_unreachable``) leaves its queues out too and reads
+        the other brokers' (a hung host, a network partition), unless no broker has answered for
+        ``retryBudgetMs``; anyone else asks its queues one by one under the retry policy.
         """
         wanted = list(queues)
         stats, unanswered = self._topic_stats(wanted)
@@ -237,9 +264,27 @@ class OffsetReader:
         if unanswered:
             routed = self.queues(missing_ok=True, fresh=True)
             wanted = [q for q in wanted if q in routed]
+        if hold_unreachable:
+            wanted = self._hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
         rest = [q for q in wanted if q not in latest]
         latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
         return {q: latest[q] for q in wanted}
+
+    def _hold_unreachable(self, wanted: list[MessageQueue], answered: set[str],
+                          unanswered: Mapping[str, RocketMQError]) -> list[MessageQueue]:
+        """The queues to ask one by one: not those of registered brokers that did not answer."""
+        now = self._clock()
+        for broker in answered:
+            self.unreachable.pop(broker, None)
+        for broker in unanswered:
+            self.unreachable.setdefault(broker, now)
+        held = [q for q in wanted if q.broker_name in unanswered]
+        rest = [q for q in wanted if q.broker_name not in unanswered]
+        budget = self.options.retry.budget_s
+        if held and not answered and not rest and all(now - t >= budget for t in self.unreachable.values()):
+            brokers = sorted({q.broker_name for q in held})
+            raise BrokersUnreachableError(brokers, budget, unanswered[brokers[0]])
+        return rest
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         """Each queue's first offset: from the last topic stats where they gave it, else from
@@ -292,9 +337,10 @@ class OffsetReader:
         """The group's stored offsets, as cheaply as the brokers allow: one answer per topic and
         broker where they serve consume stats, else one per queue. One attempt: a queue whose
         broker does not answer now is left out."""
-        wanted = [q for q in queues if q in self._addresses]
-        by_table = sorted({(q.topic, q.broker_name, self._addresses[q]) for q in wanted
-                           if self._addresses[q] not in self._no_group_stats})
+        routes = self.reachable_routes()
+        wanted = [q for q in queues if q in routes]
+        by_table = sorted({(q.topic, q.broker_name, routes[q]) for q in wanted
+                           if routes[q] not in self._no_group_stats})
         found: dict[MessageQueue, int] = {}
         outcomes = self.client.call_many([(a, calls.group_offsets(topic, group, broker))
                                           for topic, broker, a in by_table]) if by_table else []
@@ -304,8 +350,8 @@ class OffsetReader:
                 self._no_group_stats.add(address)  # from now on, queue by queue
             elif not isinstance(outcome, RocketMQError):
                 found.update(outcome)
-        rest = [q for q in wanted if self._addresses[q] in self._no_group_stats]
-        answers = self.client.call_many([(self._addresses[q], calls.query_consumer_offset(q, group))
+        rest = [q for q in wanted if routes[q] in self._no_group_stats]
+        answers = self.client.call_many([(routes[q], calls.query_consumer_offset(q, group))
                                          for q in rest]) if rest else []
         found.update({q: a.offset for q, a in zip(rest, answers) if not isinstance(a, RocketMQError) and a.offset is not None and not a.unsure})
         return {q: found[q] for q in wanted if q in found}

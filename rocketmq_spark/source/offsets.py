@@ -7,6 +7,9 @@ is always the next offset to read (ranges are ``[start, end)``).
 The end offsets of a batch that follows an operator's reset also carry, under ``RESETS_KEY``, where
 each reset queue starts in that batch (in the same nested form): the batch then reads from there
 rather than from the previous batch's end, and reads the same rows whenever it is run again.
+Likewise, under ``STARTS_KEY``, where the batch starts each queue it is the first to read (a queue
+added to the topic, or whose broker came back): the rule that chose it asks the brokers things that
+change (the group's stored offsets), so the batch must not ask them again when it is run again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ OffsetMap = dict[MessageQueue, int]
 NAMESPACE_SEPARATOR = "%"
 # Not a possible topic name: RocketMQ's topic names are letters, digits, '%', '|', '_' and '-'.
 RESETS_KEY = "@resets"
+STARTS_KEY = "@starts"
+_METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY})
 
 
 def with_namespace(resource: str, namespace: str | None) -> str:
@@ -35,15 +40,28 @@ def without_namespace(resource: str, namespace: str | None) -> str:
     return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
 
 
-def to_spark(offsets: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int] | None = None) -> dict[str, Any]:
+def to_spark(offsets: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int] | None = None,
+             starts: Mapping[MessageQueue, int] | None = None) -> dict[str, Any]:
     """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON), with
-    the batch's followed resets, if any."""
+    the batch's followed resets and the starts of the queues it reads first, if any."""
     out: dict[str, Any] = {}
     for queue in sorted(offsets):
         out.setdefault(queue.topic, {}).setdefault(queue.broker_name, {})[str(queue.queue_id)] = offsets[queue]
     if resets:
         out[RESETS_KEY] = to_spark(resets)
+    if starts:
+        out[STARTS_KEY] = to_spark(starts)
     return out
+
+
+def has_metadata(nested: Mapping[str, Any]) -> bool:
+    """Whether the offsets carry more than each queue's offset (resets, or first starts)."""
+    return any(key in nested for key in _METADATA_KEYS)
+
+
+def starts_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
+    """Where the batch ending at ``nested`` starts the queues it is the first to read."""
+    return from_spark(nested.get(STARTS_KEY) or {})
 
 
 def resets_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
@@ -57,7 +75,7 @@ def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> Offse
         raise ValueError("the top level must be an object of topics")
     offsets: OffsetMap = {}
     for topic, brokers in nested.items():
-        if topic == RESETS_KEY:
+        if topic in _METADATA_KEYS:
             continue
         if not isinstance(brokers, Mapping):
             raise ValueError(f"topic '{topic}' must map broker names to objects of queue ids")

@@ -52,6 +52,39 @@ def starting_offsets(options: SourceOptions, queues: Iterable[MessageQueue], bro
     return {**explicit, **_group_offsets(options, rest, brokers)}
 
 
+def first_seen_offsets(options: SourceOptions, queues: Iterable[MessageQueue], brokers: BrokerOffsets,
+                       since_ms: int | None) -> OffsetMap:
+    """Where a running query starts queues it sees for the first time (the topic expanded, a
+    broker came back, a queue became readable again).
+
+    The group's stored offset where there is one: a broker that was away when the query started
+    comes back with the group's progress on it, which is not to be read again. Otherwise the
+    query's start rule as of the query's start (``since_ms``): min for earliest and FIRST, the
+    first offset stored at or after the start for latest and LAST, the given time for timestamps.
+    A queue created after the start thus begins at its min offset. A query restarted on its
+    checkpoint does not know when it first started: there LAST and latest begin at the min offset,
+    which reads a queue again rather than skip part of it.
+    """
+    queue_list = sorted(queues)
+    if not queue_list:
+        return {}
+    group = options.consumer_group
+    stored = brokers.stored_offsets(queue_list, group) if group is not None else dict.fromkeys(queue_list)
+    found = {q: offset for q, offset in stored.items() if offset is not None}
+    rest = [q for q in queue_list if q not in found]
+    if not rest:
+        return found
+    if options.starting_timestamp_ms is not None:
+        return {**found, **brokers.offsets_for_time(rest, options.starting_timestamp_ms)}
+    if options.starting_mode is StartingMode.EARLIEST:
+        return {**found, **brokers.min_offsets(rest)}
+    where = options.consume_from_where
+    if options.starting_mode is StartingMode.LATEST or where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+        since = brokers.offsets_for_time(rest, since_ms) if since_ms is not None else brokers.min_offsets(rest)
+        return {**found, **since}
+    return {**found, **_fallback_offsets(options, rest, brokers)}
+
+
 def check_within_ends(option: str, offsets: Mapping[MessageQueue, int], ends: Mapping[MessageQueue, int]) -> None:
     """Offsets a user gave must be within their queues: one past a queue's end names a message
     that does not exist (yet), which is a mistake in the option, not data the query lost. A queue

@@ -29,15 +29,17 @@ from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.broker_requests import BrokerRequests
-from rocketmq_spark.source.offsets import RESETS_KEY, OffsetMap, from_spark, resets_from_spark, to_spark
+from rocketmq_spark.source.next_batch import BrokerFacts, next_batch
+from rocketmq_spark.source.offsets import (
+    OffsetMap, from_spark, has_metadata, resets_from_spark, starts_from_spark, to_spark,
+)
 from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
-from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
 from rocketmq_spark.source.spark_api import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
 )
-from rocketmq_spark.source.starts import starting_offsets
+from rocketmq_spark.source.starts import first_seen_offsets, starting_offsets
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: OffsetMap = {}
         self._target: OffsetMap | None = None
         self._away: frozenset[str] = frozenset()  # brokers whose queues wait for their return
+        self._unreachable: frozenset[str] = frozenset()  # registered brokers that do not answer
+        self._hidden: frozenset[MessageQueue] = frozenset()  # drained queues that left the routes
+        self._last_max: OffsetMap = {}  # each queue's max offset when last seen
+        self._since_ms: int | None = None  # when the query started, if it started in this process
         self._last_batch_ms = _now_ms()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -102,6 +108,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch.check()
 
     def initialOffset(self) -> dict:
+        self._since_ms = _now_ms()
         queues = self.offsets.queues()
         self._group()
         return to_spark(starting_offsets(self.options, queues, self.offsets))
@@ -120,47 +127,45 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_map = from_spark(start)
-        addresses = self.offsets.queues(missing_ok=True)
+        routes = self.offsets.queues(missing_ok=True)
         self._group()  # before anything is stored: a shared group may be an error
         followed = self._follow_resets(start_map)
         self._starting_at_reset = followed
         # The batch that ended at start is in Spark's commit log; a followed reset is stored instead.
         self._store({q: o for q, o in start_map.items() if q not in followed})
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
-        latest = self.offsets.max_offsets(addresses)
-        if self._target is not None:
-            latest = {q: min(offset, self._target[q]) for q, offset in latest.items() if q in self._target}
-        self._latest = latest
+        limited = not isinstance(limit, ReadAllAvailable)
+        batch = next_batch(start_map, followed, self._ask_brokers(routes, {**start_map, **followed}),
+                           max_rows=self.options.max_messages_per_trigger if limited else None,
+                           fail_on_data_loss=self.options.fail_on_data_loss)
+        if limited and self._waiting_for_more(batch.available):
+            self._held = followed  # the batch that runs when enough is there starts there
+            return start
+        if batch.available:
+            self._last_batch_ms = _now_ms()
+        if not followed and not batch.first and has_metadata(start) and batch.ends == start_map:
+            return start  # no new batch: the last one's resets and first starts are not new either
+        return to_spark(batch.ends, {q: o for q, o in followed.items() if q in batch.ends}, batch.first)
+
+    def _ask_brokers(self, routes: Mapping[MessageQueue, str], begins: OffsetMap) -> BrokerFacts:
+        """What the next batch is planned from: each readable queue's offsets, the queues held for
+        their broker's return, and where queues seen for the first time start."""
+        latest = self.offsets.max_offsets(routes, hold_unreachable=True)
+        self._latest = latest if self._target is None else {q: min(o, self._target[q]) for q, o in latest.items()
+                                                              if q in self._target}
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
-        earliest = dict(latest)
-        begins = {**start_map, **followed}
-        earliest.update(self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]]))
-        # Queues whose broker is away keep their offsets until it is back.
-        waiting = self.offsets.unavailable(q for q in start_map if q not in latest)
-        carried = {q: start_map[q] for q in waiting}
-        self._note_away(frozenset(q.broker_name for q in carried))
-        # Queues that appeared since the query started are read from their first message.
-        full_start = {q: start_map.get(q, earliest[q]) for q in latest}
-        full_start.update({q: o for q, o in start_map.items() if q not in latest and q not in carried})
-        full_start.update({q: o for q, o in followed.items() if q in full_start})
-        fixed = checked_starts(full_start, earliest, latest, self.options.fail_on_data_loss)
-
-        if isinstance(limit, ReadAllAvailable):
-            end = latest
-        else:
-            if self._waiting_for_more(sum(backlog(fixed, latest).values())):
-                self._held = followed  # the batch that runs when enough is there starts there
-                return start
-            end = latest
-            if self.options.max_messages_per_trigger is not None:
-                end = rate_limit(fixed, latest, self.options.max_messages_per_trigger)
-        if end != fixed:
-            self._last_batch_ms = _now_ms()
-        planned = {**carried, **end}
-        if not followed and RESETS_KEY in start and planned == start_map:
-            return start  # no new batch: the last one's resets are not new either
-        return to_spark(planned, {q: o for q, o in followed.items() if q in planned})
+        earliest = self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]])
+        absent = [q for q in begins if q not in latest]
+        away = self.offsets.unavailable(absent)
+        # A queue that left the routes of a live broker after the query read it to its end
+        # (readQueueNums lowered, read permission taken away) lost nothing: it is held too.
+        drained = {q for q in absent if q not in away and begins[q] >= self._last_max.get(q, begins[q] + 1)}
+        self._note_away(away, drained)
+        self._last_max.update(latest)
+        new = [q for q in latest if q not in begins]
+        first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
+        return BrokerFacts(latest, earliest, frozenset(away | drained), first, self._target)
 
     def _follow_resets(self, start: OffsetMap) -> OffsetMap:
         """Where the next batch starts the queues an operator reset (``onOffsetReset``)."""
@@ -204,14 +209,23 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         back = self._forget_reconnected()
         self._resets.update(resets.moved(ours, {q: o for q, o in found.items() if q.broker_name not in back}))
 
-    def _note_away(self, away: frozenset[str]) -> None:
-        """Log when brokers leave or return, not at every trigger while they are away."""
-        if away - self._away:
+    def _note_away(self, away: set[MessageQueue], drained: set[MessageQueue]) -> None:
+        """Log when brokers or queues leave or return, not at every trigger while they are away."""
+        unreachable = frozenset(self.offsets.unreachable)
+        brokers = frozenset(q.broker_name for q in away) - unreachable
+        if brokers - self._away:
             log.warning("brokers %s are not registered with the name server; their queues resume "
-                        "when they return", sorted(away - self._away))
-        if self._away - away:
-            log.warning("brokers %s are registered again", sorted(self._away - away))
-        self._away = away
+                        "when they return", sorted(brokers - self._away))
+        if unreachable - self._unreachable:
+            log.warning("brokers %s are registered but do not answer; the other brokers' queues are read, and "
+                        "theirs resume when they answer", sorted(unreachable - self._unreachable))
+        if self._away - brokers or self._unreachable - unreachable:
+            log.warning("brokers %s are back", sorted((self._away - brokers) | (self._unreachable - unreachable)))
+        if drained - self._hidden:
+            log.info("queues %s left the routes after they were read to their end (readQueueNums lowered, or read "
+                     "permission taken away); they resume from there if they return",
+                     ", ".join(map(str, sorted(drained - self._hidden))))
+        self._away, self._unreachable, self._hidden = brokers, unreachable, frozenset(drained)
 
     def _waiting_for_more(self, available: int) -> bool:
         """minMessagesPerTrigger: hold the batch until enough is there or maxTriggerDelay passed."""
@@ -230,12 +244,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # New queues, and queues that went backwards (their start is past their end), begin at
         # their min offset; latestOffset has already applied the data-loss policy to the latter.
         # Queues an operator reset start where the batch's end offsets say (they are in the offset log).
-        reset = resets_from_spark(end)
-        renew = [q for q in end_map if q not in reset and (q not in start_map or start_map[q] > end_map[q])]
+        # Queues the batch is the first to read start where its end offsets say too.
+        given = {**starts_from_spark(end), **resets_from_spark(end)}
+        renew = [q for q in end_map if q not in given and (q not in start_map or start_map[q] > end_map[q])]
         earliest = self.offsets.min_offsets(renew) if renew else {}
-        full_start = {q: reset.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
+        full_start = {q: given.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
         self._batch = (full_start, end_map)
-        return plan_partitions(self.options, full_start, end_map, self.offsets.address)
+        return plan_partitions(self.options, full_start, end_map, self.offsets.planned_address)
 
     def _standing(self) -> dict[MessageQueue, QueueStanding]:
         """Per queue, the stored offset and the last batch planned (what consumerStatus shows)."""

@@ -39,7 +39,9 @@ class FakeOffsets:
         self.ranges = dict(queues)
         self.stored: dict[MessageQueue, int] = dict(stored or {})
         self.times = dict(times or {})
-        self.away: set[str] = set()
+        self.away: set[str] = set()  # brokers not registered: out of the routes
+        self.frozen: set[str] = set()  # brokers registered that do not answer
+        self.unreachable: dict[str, float] = {}
         self.commits: list[OffsetMap] = []
         self.reconnects: set[str] = set()  # brokers reached over a new connection, until asked
         self.running_calls = 0  # times the reader was told the query runs (long retries from then)
@@ -52,9 +54,13 @@ class FakeOffsets:
         return {q: ADDRESS[q.broker_name] for q in sorted(self.routed())}
 
     def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
-        return {q for q in absent if q.broker_name in self.away}
+        return {q for q in absent if q.broker_name in self.away or q.broker_name in self.unreachable}
 
     def address(self, queue: MessageQueue) -> str:
+        return ADDRESS[queue.broker_name]
+
+    def planned_address(self, queue: MessageQueue) -> str:
+        assert queue.broker_name not in self.away, "a batch was planned on a broker that is away"
         return ADDRESS[queue.broker_name]
 
     def broker_addresses(self) -> set[str]:
@@ -63,8 +69,11 @@ class FakeOffsets:
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         return {q: self.routed()[q][0] for q in queues}
 
-    def max_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        return {q: self.routed()[q][1] for q in queues}
+    def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
+        if hold_unreachable:
+            self.unreachable = {b: self.unreachable.get(b, 0.0) for b in self.frozen}
+        assert hold_unreachable or not self.frozen, "only a running stream holds what does not answer"
+        return {q: self.routed()[q][1] for q in queues if q.broker_name not in self.frozen}
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
         """The first offset stored at or after the time, else the max offset."""
@@ -217,7 +226,8 @@ def test_a_new_queue_is_read_from_its_first_message() -> None:
     reader = stream(fake)
     start = spark({A0: 10})
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == to_spark({A0: 10, A1: 9})
+    # Its start travels in the offset log, so the batch reads the same when it is run again.
+    assert end == to_spark({A0: 10, A1: 9}, starts={A1: 4})
     assert ranges(reader.partitions(start, end)) == [(A1, 4, 9)]
 
 
@@ -280,7 +290,7 @@ def test_a_broker_leaving_and_returning_is_logged_once_each(caplog: pytest.LogCa
         end = reader.latestOffset(end, ReadAllAvailable())
     assert [r.getMessage() for r in caplog.records if r.name.endswith("stream_reader")] == [
         "brokers ['broker-b'] are not registered with the name server; their queues resume when they return",
-        "brokers ['broker-b'] are registered again",
+        "brokers ['broker-b'] are back",
     ]
 
 

@@ -1,0 +1,60 @@
+"""What the next micro-batch reads, from what the brokers said at one trigger: pure, no I/O.
+
+The stream reader's ``latestOffset`` gathers the facts (routes, min and max offsets, which queues
+are held for their broker's return, where queues seen for the first time start) and this function
+decides, the way Spark's Kafka source leaves its offset ranges to a calculator tested alone
+(tests/unit/test_next_batch.py). The data-loss policy is applied here, through ``planning``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
+
+
+@dataclass(frozen=True)
+class BrokerFacts:
+    """What the brokers said at one trigger."""
+
+    latest: OffsetMap  # the next offset of each queue that can be read now
+    earliest: OffsetMap  # the first offset of each of those whose start may be below it
+    held: frozenset[MessageQueue] = frozenset()  # queues not readable now whose offsets wait for their return
+    first: OffsetMap = field(default_factory=dict)  # where queues seen for the first time start
+    target: OffsetMap | None = None  # the end of an AvailableNow run: no queue reads past it
+
+
+@dataclass(frozen=True)
+class NextBatch:
+    """The batch: where each readable queue starts and where every queue ends."""
+
+    starts: OffsetMap  # readable queues, after the data-loss policy
+    ends: OffsetMap  # every queue of the batch; a held queue ends where it starts
+    first: OffsetMap  # queues seen for the first time, with their starts (Spark's offset log keeps them)
+    available: int  # offsets readable now beyond the starts, before any read limit
+
+
+def next_batch(start: Mapping[MessageQueue, int], followed: Mapping[MessageQueue, int], facts: BrokerFacts, *,
+               max_rows: int | None, fail_on_data_loss: bool) -> NextBatch:
+    """The batch after the one that ended at ``start``.
+
+    Queues an operator reset start where ``followed`` says; queues seen for the first time where
+    ``facts.first`` says; held queues keep their offsets; a queue that left the routes and is not
+    held, or a start outside its queue's offsets, is data loss, decided by ``fail_on_data_loss``.
+    ``max_rows`` (maxMessagesPerTrigger) shares a limit over the queues by backlog.
+    """
+    latest = dict(facts.latest)
+    if facts.target is not None:
+        latest = {q: min(offset, facts.target[q]) for q, offset in latest.items() if q in facts.target}
+    begins = {**start, **followed}
+    held = {q: begins[q] for q in facts.held if q in begins and q not in latest}
+    wanted = {q: begins[q] if q in begins else facts.first[q] for q in latest}
+    gone = {q: offset for q, offset in begins.items() if q not in latest and q not in held}
+    earliest = {**latest, **facts.earliest}
+    fixed = checked_starts({**wanted, **gone}, earliest, latest, fail_on_data_loss)
+    ends = rate_limit(fixed, latest, max_rows) if max_rows is not None else latest
+    return NextBatch(fixed, {**held, **ends}, {q: fixed[q] for q in latest if q not in begins},
+                     sum(backlog(fixed, latest).values()))
