@@ -120,22 +120,24 @@ class _RangeRead:
         self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
-        self.sent: deque[tuple[int, int, _InFlight]] = deque()
+        self.sent: deque[_Pull] = deque()
         self.moved = 0  # OFFSET_MOVED answers so far
 
     @property
     def done(self) -> bool:
         return self.accepted >= self.rng.end
 
-    def _span(self, start: int, stop: int) -> tuple[int, int, _InFlight]:
-        return start, stop, _InFlight(self.client, self.part, self.rng, start, stop - start)
+    def pull_async(self, start: int, stop: int) -> PendingPull:
+        part, rng = self.part, self.rng
+        return self.client.pull_async(rng.address, rng.queue, start, group=part.group, max_messages=stop - start,
+                                      subscription=part.sub_expression, expression_type=part.expression_type)
 
     def send_next(self) -> bool:
         """Put the next span on the wire, if the range has one and room for it."""
         if self.done or len(self.sent) >= self.depth or self.requested >= self.rng.end:
             return False
         stop = min(self.requested + self.part.pull_batch_size, self.rng.end)
-        self.sent.append(self._span(self.requested, stop))
+        self.sent.append(_Pull(self, self.requested, stop))
         self.requested = stop
         return True
 
@@ -144,7 +146,8 @@ class _RangeRead:
         offset below which its messages were already handed out."""
         if not self.sent:
             return None
-        start, stop, pull = self.sent.popleft()
+        pull = self.sent.popleft()
+        start, stop = pull.start, pull.stop
         result = pull.result()
         status = result.status
         if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
@@ -154,7 +157,7 @@ class _RangeRead:
                 self.requested = self.accepted  # only the answer says where to go on
             else:
                 if self.accepted < stop:  # a short answer: the rest of its span comes next
-                    self.sent.appendleft(self._span(self.accepted, stop))
+                    self.sent.appendleft(_Pull(self, self.accepted, stop))
                 # An answer can reach past every span sent (a batch record returned whole):
                 # new spans start after it.
                 self.requested = max(self.requested, self.accepted)
@@ -173,49 +176,38 @@ class _RangeRead:
         return None
 
 
-class _InFlight:
-    """A pull sent without waiting: answers are matched to requests, so the task's thread keeps
-    several on the wire and decodes while the broker works; it reads the answers itself. If a
-    pull fails in a way a retry can fix, ``result()`` pulls the same span again under the usual
-    retry policy."""
+class _Pull:
+    """A pull of the span ``[start, stop)`` of a range, sent without waiting: answers are matched
+    to requests, so the task's thread keeps several on the wire and decodes while the broker
+    works; it reads the answers itself. If a pull fails in a way a retry can fix, ``result()``
+    pulls the same span again under the query's retry policy."""
 
-    __slots__ = ("client", "part", "rng", "offset", "count", "pending", "error")
+    __slots__ = ("read", "start", "stop", "_pending", "_error")
 
-    def __init__(self, client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int,
-                 count: int) -> None:
-        self.client = client
-        self.part = part
-        self.rng = rng
-        self.offset = offset
-        self.count = count
-        self.pending: PendingPull | None = None
-        self.error: RocketMQError | None = None
+    def __init__(self, read: _RangeRead, start: int, stop: int) -> None:
+        self.read = read
+        self.start = start
+        self.stop = stop
+        self._pending: PendingPull | None = None
+        self._error: RocketMQError | None = None
         try:
-            self.pending = client.pull_async(
-                rng.address, rng.queue, offset, group=part.group, max_messages=count,
-                subscription=part.sub_expression, expression_type=part.expression_type,
-            )
+            self._pending = read.pull_async(start, stop)
         except RocketMQError as err:
-            self.error = err
+            self._error = err
 
     def result(self) -> PullResult:
-        error = self.error
-        if self.pending is not None:
-            try:
-                return self.pending.result()
-            except RocketMQError as err:
-                error = err
-        assert error is not None
-        if not error.retriable:
-            raise error
-        # Debug only: many pulls meet the same outage, which the retry logs once.
-        log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, self.offset, error)
-        part, rng = self.part, self.rng
-        return part.retry.call(
-            lambda: self.client.pull(rng.address, rng.queue, self.offset, group=part.group, max_messages=self.count,
-                                     subscription=part.sub_expression, expression_type=part.expression_type),
-            f"pull of {rng.queue} at {self.offset}",
-        )
+        try:
+            if self._pending is None:
+                assert self._error is not None
+                raise self._error
+            return self._pending.result()
+        except RocketMQError as err:
+            if not err.retriable:
+                raise
+            # Debug only: many pulls meet the same outage, which the retry logs once.
+            log.debug("pull of %s at %d failed (%s); pulling it again", self.read.rng.queue, self.start, err)
+        return self.read.part.retry.call(lambda: self.read.pull_async(self.start, self.stop).result(),
+                                         f"pull of {self.read.rng.queue} at {self.start}")
 
 
 def _offset_moved(part: RocketMQPartition, rng: ReadRange, offset: int, result: PullResult) -> int:
