@@ -11,15 +11,18 @@ import dataclasses
 import logging
 import re
 import time
+import zlib
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
-from rocketmq_spark.remoting.errors import DataLossError, OffsetNotServedError, ProtocolError, RequestTimeoutError
+from rocketmq_spark.remoting.errors import (BodyTooLargeError, DataLossError, OffsetNotServedError, ProtocolError,
+                                            RequestTimeoutError)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
 from rocketmq_spark.source.options import parse_tag_expression
@@ -152,13 +155,15 @@ def broker() -> list[FakeQueue]:
 
 
 def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
-              pull_batch_size: int = 32, fail_on_data_loss: bool = True) -> RocketMQPartition:
+              pull_batch_size: int = 32, fail_on_data_loss: bool = True,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RocketMQPartition:
     return RocketMQPartition(
         ranges=(ReadRange(QUEUE, start, end, "127.0.0.1:1"),),
         client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
         expression_type=expression_type,
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
         pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss, retry=FAST_RETRY,
+        max_body_bytes=max_body_bytes,
     )
 
 
@@ -460,6 +465,25 @@ def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker
             f"orders/broker-a/2: the broker does not serve offset 30 nor says it is gone: it answered {status} with "
             "next begin offset 30, the queue holding [0, 100)")):
         offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression, fail_on_data_loss=False))
+
+
+def test_a_body_decompressing_past_max_body_bytes_fails_the_read(broker: list[FakeQueue]) -> None:
+    """The partition's maxBodyBytes reaches the decoder: a small record that inflates past it fails
+    the task naming the message, instead of taking the executor's memory."""
+    bound = 1000
+
+    class Bomb(FakeQueue):
+        def encode(self, offset: int) -> bytes:
+            if offset != 7:
+                return super().encode(offset)
+            sys_flag = codes.MSG_FLAG_COMPRESSED | codes.COMPRESSION_ZLIB << codes.MSG_COMPRESSION_TYPE_SHIFT
+            return record(queue_offset=offset, queue_id=QUEUE.queue_id, topic=QUEUE.topic.encode(),
+                          body=zlib.compress(bytes(64 * 1024)), sys_flag=sys_flag)
+
+    broker.append(Bomb(10))
+    assert offsets(broker, partition(0, 7, max_body_bytes=bound)) == list(range(7))
+    with pytest.raises(BodyTooLargeError, match="queue offset 7 decompresses to more than 1000 bytes"):
+        offsets(broker, partition(0, 10, max_body_bytes=bound))
 
 
 # ------------------------------------------------------------- several ranges
