@@ -178,6 +178,9 @@ class _RangeRead:
             return stalled.result
 
     def _take(self, pull: _Pull, result: PullResult) -> tuple[bytes, int] | None:
+        """Act on a settled answer: go on from its next begin offset if it moves past the pull's
+        start, else from where the queue's bounds put the range (data loss or a reset notice),
+        else fail; never one offset on by default."""
         start, status = pull.start, result.status
         if status in _MOVES_ON and result.next_begin_offset > start:
             found = (result.body, self.accepted) if status is PullStatus.FOUND else None
