@@ -251,21 +251,29 @@ def parse_topic_stats(body: bytes, broker_name: str) -> dict[MessageQueue, Queue
 
 
 class PullStatus(enum.Enum):
-    """What a pull found, named as the Java client names it."""
+    """What a pull found, named as the Java client names it, and RETRY_IMMEDIATELY, which it lumps
+    in with NO_MATCHED_MSG."""
 
     FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"  # caught up: offset == max offset
+    NO_NEW_MSG = "NO_NEW_MSG"  # caught up (offset == max offset), or the consume queue has no entry there
     NO_MATCHED_MSG = "NO_MATCHED_MSG"  # entries scanned, none matched; go on from next_begin_offset
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # offset outside [min, max]; next_begin_offset is the broker's correction
+    # The broker could not serve the entries it scanned: their commit log is being deleted
+    # (MESSAGE_WAS_REMOVING), or a slave or a static topic's mapping sends the client elsewhere.
+    # next_begin_offset is past what was not served, so going on from it would skip that silently.
+    RETRY_IMMEDIATELY = "RETRY_IMMEDIATELY"
 
 
 PULL_STATUS_BY_CODE = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.RETRY_IMMEDIATELY,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 _PULL_CODES = tuple(PULL_STATUS_BY_CODE)
+# A broker's remark on a pull is the store's GetMessageStatus name (PullMessageProcessor). Code 20
+# with this one is the ordinary answer of a filter that matched nothing in the entries scanned.
+NO_MATCHED_REMARK = "NO_MATCHED_MESSAGE"
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     body: bytes  # raw message records, decoded by rocketmq_spark.records
+    remark: str = ""  # the broker's GetMessageStatus name, what errors quote
 
 
 def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
@@ -292,13 +301,19 @@ def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: i
 
 
 def read_pull(response: RemotingCommand, address: str) -> PullResult:
+    """A pull's answer. Code 20 (PULL_RETRY_IMMEDIATELY) is NO_MATCHED_MSG only where the remark
+    says the filter matched nothing; any other code 20 is RETRY_IMMEDIATELY, data not served."""
     accepted(response, RequestCode.PULL_MESSAGE, address, _PULL_CODES)
+    status = PULL_STATUS_BY_CODE[response.code]
+    if status is PullStatus.RETRY_IMMEDIATELY and response.remark == NO_MATCHED_REMARK:
+        status = PullStatus.NO_MATCHED_MSG
     return PullResult(
-        status=PULL_STATUS_BY_CODE[response.code],
+        status=status,
         next_begin_offset=int_field(response, "nextBeginOffset"),
         min_offset=int_field(response, "minOffset"),
         max_offset=int_field(response, "maxOffset"),
         body=response.body,
+        remark=response.remark or "",
     )
 
 

@@ -102,6 +102,11 @@ class DataLossError(RocketMQError):
     """Offsets a query needs no longer exist on the broker."""
 
 
+class OffsetNotServedError(RocketMQError):
+    """A broker keeps answering pulls of an offset without serving it or saying it is gone: the
+    read stops rather than skip it. The message names the queue, the offset and the answer."""
+
+
 class OffsetResetError(RocketMQError):
     """An operator reset the group's offsets under a query that was told to stop then."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 
@@ -21,7 +20,7 @@ import pyarrow as pa
 
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.remoting.errors import ProtocolError, RocketMQError
+from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError, RocketMQError
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -35,10 +34,13 @@ ARROW_BATCH_BODY_BYTES = 16 * 1024 * 1024
 # and of one task across its ranges.
 PULLS_IN_FLIGHT = 4
 TASK_PULLS_IN_FLIGHT = 16
-# A planned offset the broker says is not there yet: consume queue dispatch can trail the
-# commit log briefly after a broker restart. Wait this long before calling it lost.
-MISSING_DATA_WAIT_S = 5.0
-MISSING_DATA_POLL_S = 0.25
+# How long a range pulls an offset again (with the query's retry backoff, within its
+# retryBudgetMs) while the broker does not serve it: NO_NEW_MSG below the planned end (consume
+# queue dispatch can trail the commit log briefly after a restart), PULL_RETRY_IMMEDIATELY (its
+# commit log is being deleted; the store's cleanup, every 10 s by default, then moves the queue's
+# min offset past it: two passes fit), or an answer that does not move past it. Then the last
+# answer decides: data loss if it says the data is gone, else a clear error, never a silent skip.
+STALLED_OFFSET_WAIT_S = 20.0
 # OFFSET_MOVED answers to offsets the queue holds that one range takes as reset notices (a 5.x
 # broker sends one per reset of the group's offset on the queue) before it calls the broker broken.
 RESET_NOTICES_PER_RANGE = 8
@@ -58,7 +60,7 @@ def shared_client(config: ClientConfig) -> RocketMQClient:
 
 
 def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None, *,
-                   missing_data_wait_s: float = MISSING_DATA_WAIT_S) -> Iterator[pa.RecordBatch]:
+                   stalled_wait_s: float = STALLED_OFFSET_WAIT_S) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``part`` as Arrow record batches, each range's rows in offset order.
 
     Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
@@ -69,7 +71,7 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     client = client or shared_client(part.client)
     builder = BatchBuilder([RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id,
                                      r.start, r.end) for r in part.ranges], part.tag_filter, part.max_body_bytes)
-    waiting = deque(_RangeRead(client, part, index, r, missing_data_wait_s) for index, r in enumerate(part.ranges))
+    waiting = deque(_RangeRead(client, part, index, r, stalled_wait_s) for index, r in enumerate(part.ranges))
     active: list[_RangeRead] = []
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
@@ -108,34 +110,39 @@ class _RangeRead:
     answered and ``PULLS_IN_FLIGHT`` pulls of consecutive spans run at once; a short answer gets
     its span's rest pulled before the next span. With a filter the broker skips what does not
     match and only the answer says where to go on, so one pull at a time is on the wire.
+
+    An offset is passed only by an answer that moves past it, or by a data-loss decision
+    (``on_data_loss``) that names it.
     """
 
     def __init__(self, client: RocketMQClient, part: RocketMQPartition, index: int, rng: ReadRange,
-                 missing_wait_s: float) -> None:
+                 stalled_wait_s: float) -> None:
         self.client = client
         self.index = index  # of the range in its partition
         self.part = part
         self.rng = rng
-        self.missing_wait_s = missing_wait_s
+        self.stalled_wait_s = stalled_wait_s
         self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
-        self.sent: deque[tuple[int, int, _InFlight]] = deque()
-        self.moved = 0  # OFFSET_MOVED answers so far
+        self.sent: deque[_Pull] = deque()
+        self.reset_notices = 0
 
     @property
     def done(self) -> bool:
         return self.accepted >= self.rng.end
 
-    def _span(self, start: int, stop: int) -> tuple[int, int, _InFlight]:
-        return start, stop, _InFlight(self.client, self.part, self.rng, start, stop - start)
+    def pull_async(self, start: int, stop: int) -> PendingPull:
+        part, rng = self.part, self.rng
+        return self.client.pull_async(rng.address, rng.queue, start, group=part.group, max_messages=stop - start,
+                                      subscription=part.sub_expression, expression_type=part.expression_type)
 
     def send_next(self) -> bool:
         """Put the next span on the wire, if the range has one and room for it."""
         if self.done or len(self.sent) >= self.depth or self.requested >= self.rng.end:
             return False
         stop = min(self.requested + self.part.pull_batch_size, self.rng.end)
-        self.sent.append(self._span(self.requested, stop))
+        self.sent.append(_Pull(self, self.requested, stop))
         self.requested = stop
         return True
 
@@ -144,108 +151,170 @@ class _RangeRead:
         offset below which its messages were already handed out."""
         if not self.sent:
             return None
-        start, stop, pull = self.sent.popleft()
+        pull = self.sent.popleft()
+        if pull.stop <= self.accepted:  # an earlier answer reached past it (a batch record returned whole)
+            return None
         result = pull.result()
-        status = result.status
-        if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
+        if _stalled(pull.start, result):
+            # Pulls still on the wire are left to finish unread; the range goes on after this span.
+            self.sent.clear()
+            self.requested = pull.stop
+            result = self._pull_until_served(pull)
+        return self._take(pull, result)
+
+    def _pull_until_served(self, pull: _Pull) -> PullResult:
+        """Pull a stalled span again, with the retry policy's backoff, until an answer moves on or
+        ``stalled_wait_s`` is spent; the last answer either way."""
+
+        def attempt() -> PullResult:
+            result = _Pull(self, pull.start, pull.stop).result()
+            if _stalled(pull.start, result):
+                raise _Stalled(result)
+            return result
+
+        try:
+            return self.part.retry.within(self.stalled_wait_s).call(attempt, f"pull of {self.rng.queue} at {pull.start}")
+        except _Stalled as stalled:
+            return stalled.result
+
+    def _take(self, pull: _Pull, result: PullResult) -> tuple[bytes, int] | None:
+        """Act on a settled answer: go on from its next begin offset if it moves past the pull's
+        start, else from where the queue's bounds put the range (data loss or a reset notice),
+        else fail; never one offset on by default."""
+        start, status = pull.start, result.status
+        if status in _MOVES_ON and result.next_begin_offset > start:
             found = (result.body, self.accepted) if status is PullStatus.FOUND else None
-            self.accepted = max(self.accepted, result.next_begin_offset, start + 1)
+            self.accepted = max(self.accepted, result.next_begin_offset)
             if self.depth == 1:
                 self.requested = self.accepted  # only the answer says where to go on
             else:
-                if self.accepted < stop:  # a short answer: the rest of its span comes next
-                    self.sent.appendleft(self._span(self.accepted, stop))
+                if self.accepted < pull.stop:  # a short answer: the rest of its span comes next
+                    self.sent.appendleft(_Pull(self, self.accepted, pull.stop))
                 # An answer can reach past every span sent (a batch record returned whole):
                 # new spans start after it.
                 self.requested = max(self.requested, self.accepted)
             return found
         if status is PullStatus.OFFSET_ILLEGAL:
-            resume = _offset_moved(self.part, self.rng, start, result)
-            self.moved += 1
-            if resume == start and self.moved > RESET_NOTICES_PER_RANGE:
-                raise ProtocolError(f"{self.rng.queue}: the broker answers OFFSET_MOVED to offset {start} again and "
-                                    f"again although it holds [{result.min_offset}, {result.max_offset})")
-        else:  # NO_NEW_MSG below the planned end
-            resume = _missing(self.client, self.part, self.rng, start, self.missing_wait_s)
+            resume = self._offset_moved(start, result)
+        elif status is PullStatus.RETRY_IMMEDIATELY and start < result.min_offset:
+            resume = self._expired(start, result)
+        elif status is PullStatus.NO_NEW_MSG:
+            resume = self._not_served(start, result)
+        else:  # still stalled after the wait
+            raise OffsetNotServedError(
+                f"{self.rng.queue}: the broker does not serve offset {start} nor says it is gone: it answered "
+                f"{_describe(result)} to it for {self.stalled_wait_s:g} s. Not skipping it; if its commit log was "
+                "being deleted, the queue's min offset passes it soon and a retry reports the loss")
         # Start over from there; pulls still on the wire are left to finish unread.
         self.sent.clear()
         self.accepted = self.requested = max(self.accepted, resume)
         return None
 
+    def _offset_moved(self, start: int, result: PullResult) -> int:
+        """Where to go on after an OFFSET_MOVED answer to a pull at ``start``.
 
-class _InFlight:
-    """A pull sent without waiting: answers are matched to requests, so the task's thread keeps
-    several on the wire and decodes while the broker works; it reads the answers itself. If a
-    pull fails in a way a retry can fix, ``result()`` pulls the same span again under the usual
-    retry policy."""
+        The queue's bounds in the answer decide, not its next begin offset: a 5.x broker also
+        answers OFFSET_MOVED, once, to the group's first pull on a queue after an operator reset
+        its offsets, with the reset offset as the next begin offset. The planned range still exists
+        then, so it is pulled again from ``start``; the driver follows the reset in the batches it
+        plans next. Only an offset below the queue's first (expired) or above its end (gone
+        backwards) is lost.
+        """
+        rng = self.rng
+        if start < result.min_offset:
+            return self._expired(start, result)
+        if start > result.max_offset:
+            on_data_loss([DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)],
+                         self.part.fail_on_data_loss)
+            return rng.end
+        self.reset_notices += 1
+        if self.reset_notices > RESET_NOTICES_PER_RANGE:
+            raise ProtocolError(f"{rng.queue}: the broker answers OFFSET_MOVED to offset {start} again and "
+                                f"again although it holds [{result.min_offset}, {result.max_offset})")
+        log.info("%s: the broker moved the group's offset to %d (an operator's reset); offset %d of this batch is "
+                 "read as planned", rng.queue, result.next_begin_offset, start)
+        return start
 
-    __slots__ = ("client", "part", "rng", "offset", "count", "pending", "error")
+    def _expired(self, start: int, result: PullResult) -> int:
+        """Offsets from ``start`` below the queue's first: deleted or expired."""
+        lost_to = min(result.min_offset, self.rng.end)
+        on_data_loss([DataLoss.expired(self.rng.queue, start, lost_to, result.min_offset)], self.part.fail_on_data_loss)
+        return lost_to
 
-    def __init__(self, client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int,
-                 count: int) -> None:
-        self.client = client
-        self.part = part
-        self.rng = rng
-        self.offset = offset
-        self.count = count
-        self.pending: PendingPull | None = None
-        self.error: RocketMQError | None = None
+    def _not_served(self, start: int, result: PullResult) -> int:
+        """A planned offset the broker still says it has no message at, after the wait."""
+        rng = self.rng
+        if result.max_offset <= start:  # the queue ends before its planned end
+            loss = DataLoss.not_served(rng.queue, start, rng.end)
+        elif result.next_begin_offset > start:  # a hole in its index, up to where the broker goes on
+            loss = DataLoss.missing_from_index(rng.queue, start, min(result.next_begin_offset, rng.end),
+                                               result.max_offset)
+        else:
+            raise OffsetNotServedError(
+                f"{rng.queue}: the broker has no message at offset {start}, below its max {result.max_offset}, and "
+                f"does not say where the queue goes on: it answered {_describe(result)} for {self.stalled_wait_s:g} s")
+        on_data_loss([loss], self.part.fail_on_data_loss)
+        return loss.lost_to
+
+
+class _Pull:
+    """A pull of the span ``[start, stop)`` of a range, sent without waiting: answers are matched
+    to requests, so the task's thread keeps several on the wire and decodes while the broker
+    works; it reads the answers itself. If a pull fails in a way a retry can fix, ``result()``
+    pulls the same span again under the query's retry policy."""
+
+    __slots__ = ("read", "start", "stop", "_pending", "_error")
+
+    def __init__(self, read: _RangeRead, start: int, stop: int) -> None:
+        self.read = read
+        self.start = start
+        self.stop = stop
+        self._pending: PendingPull | None = None
+        self._error: RocketMQError | None = None
         try:
-            self.pending = client.pull_async(
-                rng.address, rng.queue, offset, group=part.group, max_messages=count,
-                subscription=part.sub_expression, expression_type=part.expression_type,
-            )
+            self._pending = read.pull_async(start, stop)
         except RocketMQError as err:
-            self.error = err
+            self._error = err
 
     def result(self) -> PullResult:
-        error = self.error
-        if self.pending is not None:
-            try:
-                return self.pending.result()
-            except RocketMQError as err:
-                error = err
-        assert error is not None
-        if not error.retriable:
-            raise error
-        # Debug only: many pulls meet the same outage, which the retry logs once.
-        log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, self.offset, error)
-        part, rng = self.part, self.rng
-        return part.retry.call(
-            lambda: self.client.pull(rng.address, rng.queue, self.offset, group=part.group, max_messages=self.count,
-                                     subscription=part.sub_expression, expression_type=part.expression_type),
-            f"pull of {rng.queue} at {self.offset}",
-        )
+        try:
+            if self._pending is None:
+                assert self._error is not None
+                raise self._error
+            return self._pending.result()
+        except RocketMQError as err:
+            if not err.retriable:
+                raise
+            # Debug only: many pulls meet the same outage, which the retry logs once.
+            log.debug("pull of %s at %d failed (%s); pulling it again", self.read.rng.queue, self.start, err)
+        return self.read.part.retry.call(lambda: self.read.pull_async(self.start, self.stop).result(),
+                                         f"pull of {self.read.rng.queue} at {self.start}")
 
 
-def _offset_moved(part: RocketMQPartition, rng: ReadRange, offset: int, result: PullResult) -> int:
-    """Where to go on after an OFFSET_MOVED answer to a pull at ``offset``.
-
-    The queue's bounds in the answer decide, not its next begin offset: a 5.x broker also answers
-    OFFSET_MOVED, once, to the group's first pull on a queue after an operator reset its offsets,
-    with the reset offset as the next begin offset. The planned range still exists then, so it is
-    pulled again from ``offset``; the driver follows the reset in the batches it plans next. Only
-    an offset below the queue's first (expired) or above its end (gone backwards) is lost.
-    """
-    if offset < result.min_offset:
-        lost_to = min(result.min_offset, rng.end)
-        on_data_loss([DataLoss.expired(rng.queue, offset, lost_to, result.min_offset)], part.fail_on_data_loss)
-        return lost_to
-    if offset > result.max_offset:
-        on_data_loss([DataLoss.went_backwards(rng.queue, offset, rng.end, result.max_offset)],
-                     part.fail_on_data_loss)
-        return rng.end
-    log.info("%s: the broker moved the group's offset to %d (an operator's reset); offset %d of this batch is "
-             "read as planned", rng.queue, result.next_begin_offset, offset)
-    return offset
+# Answers that hand out what they found and go on from their next begin offset, if it moves on.
+_MOVES_ON = (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG)
 
 
-def _missing(client: RocketMQClient, part: RocketMQPartition, rng: ReadRange, offset: int, wait_s: float) -> int:
-    """Planned offsets the broker does not (yet) serve: wait briefly, then treat them as lost."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        time.sleep(MISSING_DATA_POLL_S)
-        if part.retry.call(lambda: client.max_offset(rng.address, rng.queue), f"max offset of {rng.queue}") > offset:
-            return offset
-    on_data_loss([DataLoss.not_served(rng.queue, offset, rng.end)], part.fail_on_data_loss)
-    return rng.end
+class _Stalled(RocketMQError):
+    """An answer that neither serves its offset nor says it is gone: worth pulling again."""
+
+    retriable = True
+
+    def __init__(self, result: PullResult) -> None:
+        super().__init__(_describe(result))
+        self.result = result
+
+
+def _stalled(start: int, result: PullResult) -> bool:
+    """Whether an answer to a pull at ``start`` leaves it where it is, with the data maybe there."""
+    if result.status in _MOVES_ON:
+        return result.next_begin_offset <= start
+    if result.status is PullStatus.RETRY_IMMEDIATELY:
+        return result.min_offset <= start  # past the min offset, the data is gone: no use waiting
+    return result.status is PullStatus.NO_NEW_MSG  # below the planned end: not (yet) in the index
+
+
+def _describe(result: PullResult) -> str:
+    remark = f" ({result.remark})" if result.remark else ""
+    return (f"{result.status.value}{remark} with next begin offset {result.next_begin_offset}, the queue holding "
+            f"[{result.min_offset}, {result.max_offset})")

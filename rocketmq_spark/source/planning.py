@@ -65,6 +65,11 @@ class DataLoss:
     def not_served(cls, queue: MessageQueue, lost_from: int, lost_to: int) -> DataLoss:
         return cls(queue, lost_from, lost_to, "were planned but the broker no longer has them")
 
+    @classmethod
+    def missing_from_index(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
+        return cls(queue, lost_from, lost_to, f"are missing from the queue's index (a hole below its max {max_offset}): "
+                   "the broker answers that it has no message there")
+
 
 def backlog(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
     """New offsets per queue between start and latest (never negative)."""

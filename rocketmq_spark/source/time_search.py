@@ -84,7 +84,7 @@ class Bracket:
         if result.status is PullStatus.FOUND:
             for offset, stored_at in store_times(result.body):
                 self._saw(offset, stored_at >= self.timestamp_ms)
-        elif result.status is PullStatus.NO_MATCHED_MSG:
+        elif result.status in (PullStatus.RETRY_IMMEDIATELY, PullStatus.NO_MATCHED_MSG):
             # Entries the broker can no longer read: the oldest ones, which it is removing.
             self._saw(probe.offset, False)
         elif probe.offset >= result.max_offset:  # caught up, or asked past the end

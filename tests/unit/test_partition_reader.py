@@ -8,15 +8,21 @@ drives the answers a broker can give but rarely does on demand.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
+import time
+import zlib
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
-from rocketmq_spark.remoting.errors import DataLossError, ProtocolError, RequestTimeoutError
+from rocketmq_spark.remoting.errors import (BodyTooLargeError, DataLossError, OffsetNotServedError, ProtocolError,
+                                            RequestTimeoutError)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
 from rocketmq_spark.source.options import parse_tag_expression
@@ -25,9 +31,11 @@ from rocketmq_spark.source.partition_reader import read_partition
 from tests.records import inner_message, properties_block, record
 
 QUEUE = MessageQueue("orders", "broker-a", 2)
-# Short waits, so that retries and the wait for missing offsets do not slow the tests.
+# Short waits, so that retries and the wait for offsets the broker does not serve do not slow the tests.
 FAST_RETRY = Retry(first_backoff_s=0.01)
-MISSING_DATA_WAIT_S = 0.05
+STALLED_WAIT_S = 0.05
+# The wait of tests where the broker comes round: long, so that a slow machine does not end it first.
+PATIENT_WAIT_S = 10.0
 
 
 class FakeQueue:
@@ -36,7 +44,8 @@ class FakeQueue:
     inner-batch record covering ``batch`` returned whole."""
 
     def __init__(self, max_offset: int, *, min_offset: int = 0, cap: int = 1000,
-                 tags: dict[int, str] | None = None, batch: range | None = None, scan_limit: int = 20) -> None:
+                 tags: dict[int, str] | None = None, batch: range | None = None, scan_limit: int = 20,
+                 hole: range | None = None) -> None:
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.cap = cap
@@ -50,6 +59,7 @@ class FakeQueue:
         self.most_active = 0
         self.served = 0  # messages answered so far
         self.reset_to: int | None = None  # an operator's reset the next pull is told of (5.x), once
+        self.hole = hole  # offsets missing from the index: a pull there is "not found", going on after it
 
     def tag(self, offset: int) -> str:
         return self.tags.get(offset, "TagA")
@@ -84,6 +94,10 @@ class FakeQueue:
             return PullResult(PullStatus.OFFSET_ILLEGAL, corrected, self.min_offset, self.max_offset, b"")
         if offset == self.max_offset:
             return PullResult(PullStatus.NO_NEW_MSG, offset, self.min_offset, self.max_offset, b"")
+        if self.hole is not None and offset in self.hole:  # OFFSET_FOUND_NULL: the next index file's start
+            return PullResult(PullStatus.NO_NEW_MSG, self.hole.stop, self.min_offset, self.max_offset, b"",
+                              "OFFSET_FOUND_NULL")
+        end = self.hole.start if self.hole is not None and offset < self.hole.start else self.max_offset
         wanted = parse_tag_expression(subscription) if expression_type == EXPRESSION_TAG else None
         records: list[bytes] = []
         found = 0
@@ -91,7 +105,7 @@ class FakeQueue:
         if self.batch is not None and self.batch.start < offset < self.batch.stop:
             at = self.batch.start  # a batch record is only served whole
         scanned = 0
-        while at < self.max_offset and found < min(max_messages, self.cap) and scanned < self.scan_limit:
+        while at < end and found < min(max_messages, self.cap) and scanned < self.scan_limit:
             span = self.batch if self.batch is not None and at == self.batch.start else range(at, at + 1)
             if wanted is None or any(self.tag(o) in wanted for o in span):
                 records.append(self.encode(at))
@@ -100,7 +114,12 @@ class FakeQueue:
             at = span.stop
         status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
         self.served += found
-        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records))
+        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records),
+                          "FOUND" if records else "NO_MATCHED_MESSAGE")
+
+    def pulled_at(self, offset: int) -> int:
+        """How many pulls started at ``offset``."""
+        return sum(1 for at, _ in self.pulls if at == offset)
 
 
 
@@ -136,18 +155,20 @@ def broker() -> list[FakeQueue]:
 
 
 def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
-              pull_batch_size: int = 32, fail_on_data_loss: bool = True) -> RocketMQPartition:
+              pull_batch_size: int = 32, fail_on_data_loss: bool = True,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RocketMQPartition:
     return RocketMQPartition(
         ranges=(ReadRange(QUEUE, start, end, "127.0.0.1:1"),),
         client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
         expression_type=expression_type,
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
         pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss, retry=FAST_RETRY,
+        max_body_bytes=max_body_bytes,
     )
 
 
-def offsets(broker: list[FakeQueue], part: RocketMQPartition) -> list[int]:
-    batches = list(read_partition(part, FakeClient(broker), missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
+def offsets(broker: list[FakeQueue], part: RocketMQPartition, wait_s: float = STALLED_WAIT_S) -> list[int]:
+    batches = list(read_partition(part, FakeClient(broker), stalled_wait_s=wait_s))  # type: ignore[arg-type]
     assert all(isinstance(b, pa.RecordBatch) for b in batches)
     return [o for b in batches for o in b.column("queueOffset").to_pylist()]
 
@@ -199,7 +220,8 @@ def test_sql_filter_is_not_pulled_ahead(broker: list[FakeQueue]) -> None:
 
 def test_expired_offsets_fail_the_read_by_default(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(300, min_offset=100))
-    with pytest.raises(DataLossError, match="deleted or expired"):
+    with pytest.raises(DataLossError, match=re.escape(
+            "orders/broker-a/2: offsets [0, 100) were deleted or expired (the queue now starts at 100)")):
         offsets(broker, partition(0, 300))
 
 
@@ -268,6 +290,202 @@ def test_spans_after_an_answer_that_covers_them_are_not_pulled(broker: list[Fake
     assert not [o for o in sent if 5 * reader.PULLS_IN_FLIGHT <= o < 100]  # nothing inside the batch
 
 
+# ------------------------------------------- answers that do not move on at once
+
+
+def test_no_match_goes_on_from_the_next_begin_offset(broker: list[FakeQueue]) -> None:
+    """NO_MATCHED_MSG (code 20, remark NO_MATCHED_MESSAGE): the scanned entries hold nothing the
+    filter wants, so the next pull starts after them, without waiting."""
+    queue = FakeQueue(100, tags={50: "TagB", 90: "TagB"}, scan_limit=20)
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, expression="TagB")) == [50, 90]
+    assert [offset for offset, _ in queue.pulls] == [0, 20, 40, 60, 80]
+
+
+class Removing(FakeQueue):
+    """A queue whose entries in ``removing`` have lost their commit log: a pull there answers
+    PULL_RETRY_IMMEDIATELY (MESSAGE_WAS_REMOVING) with a next begin offset past them, ``answers``
+    times; then ``then`` happens: "served" (the file was only briefly unreadable), "expired"
+    (the store's cleanup moved the min offset past them: OFFSET_MOVED), "expired-retry" (the
+    same, still told as a retry, as a static topic's mapping does) or "never"."""
+
+    def __init__(self, max_offset: int, removing: range, answers: int, then: str) -> None:
+        super().__init__(max_offset)
+        self.removing = removing
+        self.answers = answers
+        self.then = then
+
+    def answer(self, offset: int, *rest: Any) -> PullResult:
+        if offset in self.removing and (self.answers > 0 or self.then == "never"):
+            self.active -= 1
+            self.answers -= 1
+            result = PullResult(PullStatus.RETRY_IMMEDIATELY, self.removing.stop, self.min_offset, self.max_offset,
+                                b"", "MESSAGE_WAS_REMOVING")
+            if self.answers == 0 and self.then != "served":
+                self.min_offset = self.removing.stop  # known from the next answer on
+            return result
+        if self.then == "expired-retry" and offset < self.min_offset:
+            self.active -= 1
+            return PullResult(PullStatus.RETRY_IMMEDIATELY, self.min_offset, self.min_offset, self.max_offset, b"",
+                              "OFFSET_TOO_SMALL")
+        return super().answer(offset, *rest)
+
+
+def test_a_retry_immediately_answer_is_pulled_again_not_skipped(broker: list[FakeQueue]) -> None:
+    queue = Removing(100, range(40, 60), answers=2, then="served")
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, pull_batch_size=10), PATIENT_WAIT_S) == list(range(100))
+    assert queue.pulled_at(40) == 3  # two answers to wait out, then the messages
+
+
+@pytest.mark.parametrize("then", ["expired", "expired-retry"])
+def test_data_a_retry_immediately_answer_stands_for_is_lost_once_the_min_offset_passes_it(
+        broker: list[FakeQueue], then: str) -> None:
+    broker.append(Removing(100, range(40, 60), answers=2, then=then))
+    with pytest.raises(DataLossError, match=re.escape(
+            "orders/broker-a/2: offsets [40, 60) were deleted or expired (the queue now starts at 60)")):
+        offsets(broker, partition(0, 100, pull_batch_size=10), PATIENT_WAIT_S)
+
+
+def test_data_a_retry_immediately_answer_stands_for_is_skipped_with_a_warning_when_allowed(
+        broker: list[FakeQueue], caplog: pytest.LogCaptureFixture) -> None:
+    broker.append(Removing(100, range(40, 60), answers=2, then="expired"))
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
+        read = offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False), PATIENT_WAIT_S)
+    assert read == list(range(40)) + list(range(60, 100))
+    assert [r.getMessage() for r in caplog.records if r.name == "rocketmq_spark.source.planning"] == [
+        "skipping data that is gone (failOnDataLoss=false): orders/broker-a/2: offsets [40, 60) were deleted or "
+        "expired (the queue now starts at 60)"]
+
+
+def test_a_retry_immediately_answer_that_never_ends_fails_naming_the_offset(broker: list[FakeQueue]) -> None:
+    """Neither served nor gone by the queue's bounds: the read fails (failOnDataLoss or not) rather
+    than skip, and Spark's retry of the task asks again later."""
+    queue = Removing(100, range(40, 60), answers=0, then="never")
+    broker.append(queue)
+    with pytest.raises(OffsetNotServedError, match=re.escape(
+            "orders/broker-a/2: the broker does not serve offset 40 nor says it is gone: it answered "
+            "RETRY_IMMEDIATELY (MESSAGE_WAS_REMOVING) with next begin offset 60, the queue holding [0, 100) to it "
+            f"for {STALLED_WAIT_S:g} s")):
+        offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False))
+    assert 1 < queue.pulled_at(40) < 10  # pulled again a few times, with backoff
+
+
+class Trailing(FakeQueue):
+    """A queue whose index trails its commit log (after a broker restart): its max offset reaches
+    ``caught_up`` after ``answers`` "not found" answers at the old max."""
+
+    def __init__(self, max_offset: int, caught_up: int, answers: int) -> None:
+        super().__init__(max_offset)
+        self.caught_up = caught_up
+        self.answers = answers
+
+    def answer(self, offset: int, *rest: Any) -> PullResult:
+        result = super().answer(offset, *rest)
+        if result.status is PullStatus.NO_NEW_MSG:
+            self.answers -= 1
+            if self.answers == 0:
+                self.max_offset = self.caught_up
+        return result
+
+
+def test_offsets_the_index_has_not_reached_yet_are_read_once_it_has(broker: list[FakeQueue]) -> None:
+    queue = Trailing(150, caught_up=200, answers=2)
+    broker.append(queue)
+    assert offsets(broker, partition(100, 200), PATIENT_WAIT_S) == list(range(100, 200))
+    assert queue.pulled_at(150) == 3
+
+
+def test_a_hole_in_the_queues_index_is_data_loss_not_an_endless_loop(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(300, hole=range(120, 150))
+    broker.append(queue)
+    started = time.monotonic()
+    with pytest.raises(DataLossError, match=re.escape(
+            "orders/broker-a/2: offsets [120, 150) are missing from the queue's index (a hole below its max 300): "
+            "the broker answers that it has no message there")):
+        offsets(broker, partition(100, 200))
+    assert time.monotonic() - started < 1 and 1 < queue.pulled_at(120) < 10  # a bounded wait
+
+
+def test_a_hole_is_skipped_with_a_warning_when_allowed(broker: list[FakeQueue],
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    broker.append(FakeQueue(300, hole=range(120, 150)))
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
+        read = offsets(broker, partition(100, 200, fail_on_data_loss=False))
+    assert read == list(range(100, 120)) + list(range(150, 200))
+    assert "offsets [120, 150) are missing from the queue's index" in caplog.text
+
+
+def test_a_hole_the_broker_does_not_say_the_end_of_fails_the_read(broker: list[FakeQueue]) -> None:
+    """A slave without offsetCheckInSlave answers "not found" without correcting the offset."""
+
+    class Uncorrected(FakeQueue):
+        def answer(self, offset: int, *rest: Any) -> PullResult:
+            result = super().answer(offset, *rest)
+            return dataclasses.replace(result, next_begin_offset=offset) if offset == 120 else result
+
+    broker.append(Uncorrected(300, hole=range(120, 150)))
+    with pytest.raises(OffsetNotServedError, match=re.escape(
+            "orders/broker-a/2: the broker has no message at offset 120, below its max 300, and does not say where "
+            "the queue goes on: it answered NO_NEW_MSG (OFFSET_FOUND_NULL) with next begin offset 120")):
+        offsets(broker, partition(100, 200, fail_on_data_loss=False))
+
+
+class Stuck(FakeQueue):
+    """A broker whose first ``answers`` answers at ``at`` find messages (or none matching) but
+    give a next begin offset that does not move past it; ``answers`` < 0: every one."""
+
+    def __init__(self, max_offset: int, at: int, answers: int, **kwargs: Any) -> None:
+        super().__init__(max_offset, **kwargs)
+        self.at = at
+        self.answers = answers
+
+    def answer(self, offset: int, *rest: Any) -> PullResult:
+        result = super().answer(offset, *rest)
+        if offset == self.at and self.answers != 0:
+            self.answers -= 1
+            return dataclasses.replace(result, next_begin_offset=offset)
+        return result
+
+
+@pytest.mark.parametrize("expression", [SUBSCRIBE_ALL, "TagA"])
+def test_an_answer_that_does_not_move_on_is_pulled_again(broker: list[FakeQueue], expression: str) -> None:
+    queue = Stuck(100, at=30, answers=2)
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression), PATIENT_WAIT_S) == list(range(100))
+    assert queue.pulled_at(30) == 3
+
+
+@pytest.mark.parametrize(("expression", "status"), [(SUBSCRIBE_ALL, "FOUND (FOUND)"),
+                                                    ("TagB", "NO_MATCHED_MSG (NO_MATCHED_MESSAGE)")])
+def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker: list[FakeQueue], expression: str,
+                                                                         status: str) -> None:
+    broker.append(Stuck(100, at=30, answers=-1, tags={o: "TagB" for o in range(0, 30, 3)}, scan_limit=10))
+    with pytest.raises(OffsetNotServedError, match=re.escape(
+            f"orders/broker-a/2: the broker does not serve offset 30 nor says it is gone: it answered {status} with "
+            "next begin offset 30, the queue holding [0, 100)")):
+        offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression, fail_on_data_loss=False))
+
+
+def test_a_body_decompressing_past_max_body_bytes_fails_the_read(broker: list[FakeQueue]) -> None:
+    """The partition's maxBodyBytes reaches the decoder: a small record that inflates past it fails
+    the task naming the message, instead of taking the executor's memory."""
+    bound = 1000
+
+    class Bomb(FakeQueue):
+        def encode(self, offset: int) -> bytes:
+            if offset != 7:
+                return super().encode(offset)
+            sys_flag = codes.MSG_FLAG_COMPRESSED | codes.COMPRESSION_ZLIB << codes.MSG_COMPRESSION_TYPE_SHIFT
+            return record(queue_offset=offset, queue_id=QUEUE.queue_id, topic=QUEUE.topic.encode(),
+                          body=zlib.compress(bytes(64 * 1024)), sys_flag=sys_flag)
+
+    broker.append(Bomb(10))
+    assert offsets(broker, partition(0, 7, max_body_bytes=bound)) == list(range(7))
+    with pytest.raises(BodyTooLargeError, match="queue offset 7 decompresses to more than 1000 bytes"):
+        offsets(broker, partition(0, 10, max_body_bytes=bound))
+
+
 # ------------------------------------------------------------- several ranges
 
 
@@ -314,7 +532,7 @@ def test_a_partition_of_many_ranges_reads_each_once_in_order_with_pulls_across_t
     queues = {MessageQueue("orders", "broker-a", q): FakeQueue(50, cap=7) for q in range(40)}
     client = QueuesClient(queues)
     part = multi([(q, q.queue_id % 5, 50 - q.queue_id % 3) for q in queues], expression=expression, pull_batch_size=8)
-    batches = list(read_partition(part, client, missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
+    batches = list(read_partition(part, client, stalled_wait_s=STALLED_WAIT_S))  # type: ignore[arg-type]
     assert rows_by_queue(batches) == {q.queue_id: list(range(q.queue_id % 5, 50 - q.queue_id % 3)) for q in queues}
     assert client.most_active == reader.TASK_PULLS_IN_FLIGHT  # several ranges on the wire, never more
     assert len(batches) == 1  # the rows of all the ranges go out together
@@ -325,7 +543,7 @@ def test_memory_stays_bounded_however_many_ranges_a_task_reads() -> None:
     part = multi([(q, 0, 2000) for q in queues], pull_batch_size=32)
     handed_out = 0
     most_held = 0
-    for batch in read_partition(part, QueuesClient(queues), missing_data_wait_s=MISSING_DATA_WAIT_S):  # type: ignore[arg-type]
+    for batch in read_partition(part, QueuesClient(queues), stalled_wait_s=STALLED_WAIT_S):  # type: ignore[arg-type]
         most_held = max(most_held, sum(q.served for q in queues.values()) - handed_out)
         handed_out += batch.num_rows
     assert handed_out == 64 * 2000
@@ -337,5 +555,5 @@ def test_data_loss_in_one_range_leaves_the_others_whole() -> None:
     queues = {MessageQueue("orders", "broker-a", 0): FakeQueue(100, min_offset=60),
               MessageQueue("orders", "broker-a", 1): FakeQueue(100)}
     part = multi([(q, 0, 100) for q in queues], fail_on_data_loss=False)
-    batches = list(read_partition(part, QueuesClient(queues), missing_data_wait_s=MISSING_DATA_WAIT_S))  # type: ignore[arg-type]
+    batches = list(read_partition(part, QueuesClient(queues), stalled_wait_s=STALLED_WAIT_S))  # type: ignore[arg-type]
     assert rows_by_queue(batches) == {0: list(range(60, 100)), 1: list(range(100))}
