@@ -23,6 +23,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
 from rocketmq_spark.source.option_values import OptionReader
+from rocketmq_spark.source.schema import COLUMNS
 
 # Option names exactly as documented; matching is case-insensitive.
 NAME_SERVER = "nameServer"
@@ -142,6 +143,9 @@ class SourceOptions:
     # almost always means a wrong address or an unreachable network.
     retry: Retry = Retry()
     start_retry: Retry = Retry().within(DEFAULT_PULL_TIMEOUT_MS / MS_PER_SECOND)
+    # The columns rows carry, in order: all of them unless the user gave a narrower schema
+    # (``schema.checked_columns``); not an option string, but it travels to the tasks with them.
+    columns: tuple[str, ...] = COLUMNS
 
     @property
     def tag_filter(self) -> frozenset[str] | None:
