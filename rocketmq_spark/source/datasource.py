@@ -17,10 +17,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from rocketmq_spark.remoting.errors import ConfigurationError
-from rocketmq_spark.source.batch_reader import RocketMQBatchReader
+from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.schema import SCHEMA, checked_columns
-from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, for_this_spark
+from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, batch_reader_class, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 
@@ -37,7 +37,8 @@ class RocketMQDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(_with_columns(parse_options(self.options, streaming=False), schema))
+        options = _with_columns(parse_options(self.options, streaming=False), schema)
+        return batch_reader_class(options.filter_pushdown, RocketMQBatchReader, PushingBatchReader)(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
