@@ -12,12 +12,13 @@ import re
 import uuid
 from collections.abc import Iterator
 from functools import reduce
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
 
-from integration.support import ClusterHandle, batch_read, create_topic, fail_batch, produce
+from integration.support import ClusterHandle, batch_read, collect_available_now, create_topic, fail_batch, produce
 from rocketmq_spark.source.spark_api import FILTER_PUSHDOWN, FILTER_PUSHDOWN_CONF
 
 pytestmark = pytest.mark.integration
@@ -72,6 +73,18 @@ def test_a_narrow_schema_gives_the_full_rows_values(spark: Any, rocketmq: Cluste
     assert narrow.keys() == full.keys()
     for key, row in narrow.items():
         assert row.asDict() == {name: full[key][name] for name in names}, key
+
+
+def test_a_stream_with_a_narrow_schema_gives_the_full_rows_values(
+        spark: Any, rocketmq: ClusterHandle, topic: str, everything: Any, tmp_path: Path) -> None:
+    columns = "keys STRING, queueId INT, brokerName STRING, queueOffset BIGINT"
+    df = (spark.readStream.format("rocketmq").schema(columns).option("nameServer", rocketmq.namesrv_addr)
+          .option("topic", topic).option("consumerGroup", f"{topic}-narrow").option("startingOffsets", "earliest")
+          .option("commitOffsets", "false").load())
+    rows = collect_available_now(df, tmp_path / "checkpoint")
+    assert all(row.asDict().keys() == {"keys", "queueId", "brokerName", "queueOffset"} for row in rows)
+    full = keyed(everything.collect())
+    assert {key: row["keys"] for key, row in keyed(rows).items()} == {key: row["keys"] for key, row in full.items()}
 
 
 def test_a_schema_with_another_type_fails_naming_the_columns(spark: Any, rocketmq: ClusterHandle, topic: str) -> None:
