@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from rocketmq_spark.records import layout
-from rocketmq_spark.records.columns import INT32, ArrowColumns, walk_columns
+from rocketmq_spark.records.columns import EVERY_COLUMN, INT32, ArrowColumns, needed, walk_columns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
 from rocketmq_spark.records.hosts import rendered_host
 from rocketmq_spark.records.properties import split_blocks
@@ -100,8 +100,10 @@ def _column(header: np.ndarray, name: str) -> np.ndarray:
 
 
 def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
-                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ArrowColumns:
-    """Decode PULL bodies that :func:`scan_records` took, given the starts it found.
+                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, wanted: frozenset[str] = EVERY_COLUMN) -> ArrowColumns:
+    """Decode PULL bodies that :func:`scan_records` took, given the starts it found; of the
+    columns not ``wanted``, those that cost a pass of their own (properties, hosts, ids, bodies)
+    are skipped and come out null.
 
     Raises :class:`NotTaken` when a record is inconsistent, so that the per-record decoder can
     raise the exact ProtocolError, naming the byte; so is a body that decompresses past
@@ -134,20 +136,26 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
 
     sys_flag = _column(header, "sys_flag")
     queue_offset = _column(header, "queue_offset")
-    compressed = (sys_flag & codes.MSG_FLAG_COMPRESSED).astype(bool) & (body_length > 0)
-    if compressed.any():
-        body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at, max_body_bytes)
-    else:
-        body = _binary(data, buf, body_start, body_length)
+    steps = needed(wanted)
+    body = None
+    if steps.body:
+        compressed = (sys_flag & codes.MSG_FLAG_COMPRESSED).astype(bool) & (body_length > 0)
+        if compressed.any():
+            body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at, max_body_bytes)
+        else:
+            body = _binary(data, buf, body_start, body_length)
+    properties = None
+    if steps.properties:
+        properties = split_blocks(_binary(data, buf, properties_start, record_end - properties_start))
     return ArrowColumns.build(
         queue_offset=pa.array(queue_offset),
-        offset_msg_id=_offset_msg_ids(header),
-        properties=split_blocks(_binary(data, buf, properties_start, record_end - properties_start)),
+        offset_msg_id=_offset_msg_ids(header) if steps.offset_msg_id else None,
+        properties=properties,
         body=body,
         born_timestamp=_column(header, "born_timestamp"),
         store_timestamp=_column(header, "store_timestamp"),
-        born_host=_hosts(_column(header, "born_host")),
-        store_host=_hosts(_column(header, "store_host")),
+        born_host=_hosts(_column(header, "born_host")) if steps.born_host else None,
+        store_host=_hosts(_column(header, "store_host")) if steps.store_host else None,
         reconsume_times=_column(header, "reconsume_times"),
         flag=_column(header, "flag"),
     )

@@ -14,6 +14,8 @@ from rocketmq_spark.records.walk import ROW_FIELDS, Walked, walk
 
 TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 INT32 = pa.int32()
+_STRING = pa.string()
+_PROPERTY_MAP = pa.map_(_STRING, _STRING)
 Numbers = Union[np.ndarray, Sequence[int]]
 
 
@@ -49,27 +51,58 @@ class ArrowColumns(NamedTuple):
         return ArrowColumns(*(pa.concat_arrays(list(column)) for column in zip(*parts)))
 
     @staticmethod
-    def build(*, queue_offset: pa.Array, offset_msg_id: pa.Array, properties: Properties, body: pa.Array,
-              born_timestamp: Numbers, store_timestamp: Numbers, born_host: pa.Array, store_host: pa.Array,
-              reconsume_times: Numbers, flag: Numbers) -> ArrowColumns:
+    def build(*, queue_offset: pa.Array, offset_msg_id: pa.Array | None, properties: Properties | None,
+              body: pa.Array | None, born_timestamp: Numbers, store_timestamp: Numbers, born_host: pa.Array | None,
+              store_host: pa.Array | None, reconsume_times: Numbers, flag: Numbers) -> ArrowColumns:
         """The columns, with msgId, tags and keys taken from the properties as Java's client does;
-        the numbers come as numpy arrays or sequences of ints (timestamps in epoch ms)."""
-        looked_up = properties.looked_up
+        the numbers come as numpy arrays or sequences of ints (timestamps in epoch ms). A column
+        the caller did not decode (None; see :func:`needed`) is all nulls."""
+        n = len(queue_offset)
+        looked_up = properties.looked_up if properties is not None else {
+            name: pa.nulls(n, _STRING) for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS)}
+        offset_ids = _or_nulls(offset_msg_id, n, _STRING)
         return ArrowColumns(
             queue_offset=queue_offset,
-            msg_id=pc.coalesce(looked_up[PROPERTY_UNIQ_KEY], offset_msg_id),
-            offset_msg_id=offset_msg_id,
+            msg_id=pc.coalesce(looked_up[PROPERTY_UNIQ_KEY], offset_ids),
+            offset_msg_id=offset_ids,
             tags=looked_up[PROPERTY_TAGS],
             keys=looked_up[PROPERTY_KEYS],
-            body=body,
-            properties=properties.map,
+            body=_or_nulls(body, n, pa.binary()),
+            properties=properties.map if properties is not None else pa.nulls(n, _PROPERTY_MAP),
             born_timestamp=pa.array(born_timestamp, TIMESTAMP_MS),
             store_timestamp=pa.array(store_timestamp, TIMESTAMP_MS),
-            born_host=born_host,
-            store_host=store_host,
+            born_host=_or_nulls(born_host, n, _STRING),
+            store_host=_or_nulls(store_host, n, _STRING),
             reconsume_times=pa.array(reconsume_times, INT32),
             flag=pa.array(flag, INT32),
         )
+
+
+# Every column; a decoder given fewer decodes only what those need (the rest come out null).
+EVERY_COLUMN = frozenset(ArrowColumns._fields)
+# The columns read out of each message's properties, and those that need its offsetMsgId.
+_FROM_PROPERTIES = frozenset({"msg_id", "tags", "keys", "properties"})
+_FROM_OFFSET_MSG_ID = frozenset({"msg_id", "offset_msg_id"})
+
+
+class Needed(NamedTuple):
+    """The decoding steps some wanted columns take; each costs a pass over every message."""
+
+    properties: bool
+    offset_msg_id: bool
+    body: bool
+    born_host: bool
+    store_host: bool
+
+
+def needed(wanted: frozenset[str]) -> Needed:
+    """The steps that decode ``wanted`` (names of :class:`ArrowColumns` fields)."""
+    return Needed(properties=bool(wanted & _FROM_PROPERTIES), offset_msg_id=bool(wanted & _FROM_OFFSET_MSG_ID),
+                  body="body" in wanted, born_host="born_host" in wanted, store_host="store_host" in wanted)
+
+
+def _or_nulls(array: pa.Array | None, n: int, kind: pa.DataType) -> pa.Array:
+    return array if array is not None else pa.nulls(n, kind)
 
 
 def walk_columns(body: bytes | bytearray | memoryview) -> ArrowColumns:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rocketmq_spark.records.columnar import NotTaken, decode_bulk, scan_records
-from rocketmq_spark.records.columns import ArrowColumns, from_walked, walk_columns
+from rocketmq_spark.records.columns import EVERY_COLUMN, ArrowColumns, from_walked, walk_columns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.walk import Walked, walk
 
@@ -38,10 +38,12 @@ class _Run(NamedTuple):
 
 class PullDecoder:
     """Takes pull bodies one by one and decodes them when asked, in bulk where it can; no body
-    decompresses past ``max_body_bytes``."""
+    decompresses past ``max_body_bytes``. The bulk decoder skips the columns not ``wanted``
+    (the per-record one, for the rare records it takes, decodes them all)."""
 
-    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, wanted: frozenset[str] = EVERY_COLUMN) -> None:
         self._max_body_bytes = max_body_bytes
+        self._wanted = wanted
         self._added = 0
         self._runs: list[_Run] = []
 
@@ -69,16 +71,17 @@ class PullDecoder:
         runs, self._runs, self._added = self._runs, [], 0
         if not runs:
             return Decoded(walk_columns(b""), np.zeros(0, np.int64))
-        parts = [_decode(run, self._max_body_bytes) for run in runs]
+        parts = [_decode(run, self._max_body_bytes, self._wanted) for run in runs]
         return Decoded(ArrowColumns.concat([c for c, _ in parts]), np.concatenate([i for _, i in parts]))
 
 
-def _decode(run: _Run, max_body_bytes: int) -> tuple[ArrowColumns, np.ndarray]:
+def _decode(run: _Run, max_body_bytes: int, wanted: frozenset[str]) -> tuple[ArrowColumns, np.ndarray]:
     indices = np.arange(run.first, run.first + len(run.bodies), dtype=np.int64)
     walked = run.walked
     if run.starts is not None:
         try:
-            return decode_bulk(run.bodies, run.starts, max_body_bytes), np.repeat(indices, [len(s) for s in run.starts])
+            columns = decode_bulk(run.bodies, run.starts, max_body_bytes, wanted)
+            return columns, np.repeat(indices, [len(s) for s in run.starts])
         except NotTaken:  # an inconsistent record: the per-record decoder names the exact error
             walked = [walk(body, max_body_bytes) for body in run.bodies]
     assert walked is not None

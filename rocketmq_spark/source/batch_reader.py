@@ -1,8 +1,11 @@
-"""The batch reader (``spark.read``): one job over fixed offset ranges. It never commits offsets."""
+"""The batch reader (``spark.read``): one job over fixed offset ranges. It never commits offsets.
+
+``PushingBatchReader`` is the same read taking the filters Spark 4.1+ pushes (``pushdown.py``);
+the data source uses it only when asked (``spark_api.batch_reader_class`` says why)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -15,6 +18,8 @@ from rocketmq_spark.source.options import ENDING_OFFSETS, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import checked_starts
+from rocketmq_spark.source.pushdown import Pushed, push
+from rocketmq_spark.source.spark_api import Filter
 from rocketmq_spark.source.starts import check_within_ends, starting_offsets
 
 
@@ -25,6 +30,7 @@ class RocketMQBatchReader(DataSourceReader):
                  open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader) -> None:
         self.options = options
         self._open_offsets = open_offsets
+        self.pushed = Pushed()
 
     def partitions(self) -> Sequence[InputPartition]:
         reader = self._open_offsets(self.options)
@@ -36,7 +42,9 @@ class RocketMQBatchReader(DataSourceReader):
             start = checked_starts(starting_offsets(self.options, queues, reader), earliest, latest,
                                    self.options.fail_on_data_loss)
             end = self._ending_offsets(reader, queues, latest)
-            return plan_partitions(self.options, start, end, addresses.__getitem__)
+            # Cut after the options' own checks, which judge the queues and offsets they name.
+            start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
+            return plan_partitions(self.pushed.subscribed(self.options), start, end, addresses.__getitem__)
         finally:
             reader.close()
 
@@ -56,3 +64,11 @@ class RocketMQBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketMQPartition)
         return read_partition(partition)
+
+
+class PushingBatchReader(RocketMQBatchReader):
+    """The batch read with Spark 4.1+'s filter pushdown: what it can take narrows the plan."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.pushed, back = push(filters, self.options)
+        return back

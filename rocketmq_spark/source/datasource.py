@@ -10,21 +10,23 @@ checked then.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from rocketmq_spark.remoting.errors import ConfigurationError
-from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.options import parse_options
-from rocketmq_spark.source.schema import SCHEMA
-from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, for_this_spark
+from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
+from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.schema import SCHEMA, checked_columns
+from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, batch_reader_class, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 
 class RocketMQDataSource(DataSource):
-    """Apache RocketMQ as a Spark source, for streams and batch reads, with a fixed schema."""
+    """Apache RocketMQ as a Spark source, for streams and batch reads, with fixed columns of which
+    a user-given schema may pick some."""
 
     @classmethod
     def name(cls) -> str:
@@ -35,24 +37,21 @@ class RocketMQDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        _check_schema(schema)
-        return RocketMQBatchReader(parse_options(self.options, streaming=False))
+        options = _with_columns(parse_options(self.options, streaming=False), schema)
+        return batch_reader_class(options.filter_pushdown, RocketMQBatchReader, PushingBatchReader)(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
-            _check_schema(schema)
-            options = parse_options(self.options, streaming=True)
+            options = _with_columns(parse_options(self.options, streaming=True), schema)
         except ConfigurationError as err:
             return for_this_spark(RefusedStreamReader(err))
         limited = options.max_messages_per_trigger is not None or options.min_messages_per_trigger is not None
         return for_this_spark(RocketMQStreamReader(options), stores=options.commit_offsets, limited=limited)
 
 
-def _check_schema(schema: StructType) -> None:
-    if schema != SCHEMA:
-        raise ConfigurationError(
-            "schema", "the rocketmq source has a fixed schema",
-            f"Do not call .schema(...) on the reader; the columns are: {SCHEMA.simpleString()}")
+def _with_columns(options: SourceOptions, schema: StructType) -> SourceOptions:
+    """The options with the columns of the schema Spark reads with (the user's, if given)."""
+    return replace(options, columns=checked_columns(schema))
 
 
 class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -23,6 +23,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
 from rocketmq_spark.source.option_values import OptionReader
+from rocketmq_spark.source.schema import COLUMNS
 
 # Option names exactly as documented; matching is case-insensitive.
 NAME_SERVER = "nameServer"
@@ -57,6 +58,7 @@ TLS_TRUST_CERT_PATH = TRUST_OPTION
 TLS_VERIFY = VERIFY_OPTION
 NAMESPACE = "namespace"
 ON_OFFSET_RESET = "onOffsetReset"
+FILTER_PUSHDOWN = "filterPushdown"
 
 ALL_OPTIONS = (
     NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
@@ -64,7 +66,7 @@ ALL_OPTIONS = (
     MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
     MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE, MAX_BODY_BYTES,
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
-    NAMESPACE, ON_OFFSET_RESET,
+    NAMESPACE, ON_OFFSET_RESET, FILTER_PUSHDOWN,
 )
 # Options Spark itself may add to a source's map.
 SPARK_OWNED = frozenset({"path"})
@@ -142,6 +144,11 @@ class SourceOptions:
     # almost always means a wrong address or an unreachable network.
     retry: Retry = Retry()
     start_retry: Retry = Retry().within(DEFAULT_PULL_TIMEOUT_MS / MS_PER_SECOND)
+    # The columns rows carry, in order: all of them unless the user gave a narrower schema
+    # (``schema.checked_columns``); not an option string, but it travels to the tasks with them.
+    columns: tuple[str, ...] = COLUMNS
+    # Batch reads: take the filters Spark 4.1+ pushes (``pushdown.py``); needs Spark's conf too.
+    filter_pushdown: bool = False
 
     @property
     def tag_filter(self) -> frozenset[str] | None:
@@ -280,7 +287,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
     ending_text = reader.get(ENDING_OFFSETS)
     if streaming is True:
-        for name in (ENDING_OFFSETS, ENDING_TIMESTAMP):
+        for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, FILTER_PUSHDOWN):
             if reader.get(name) is not None:
                 raise ConfigurationError(name, "applies to batch reads only",
                                          "Remove it from the stream, or read with spark.read")
@@ -332,4 +339,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
                                                     OnOffsetReset.FOLLOW.value)),
         retry=retry,
         start_retry=retry.within(client.request_timeout),
+        filter_pushdown=reader.boolean(FILTER_PUSHDOWN, False),
     )

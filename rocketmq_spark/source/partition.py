@@ -13,6 +13,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
+from rocketmq_spark.source.schema import COLUMNS
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RocketMQPartition(InputPartition):
     retry: Retry
     namespace: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    columns: tuple[str, ...] = COLUMNS
 
     @property
     def reads_every_message(self) -> bool:
@@ -61,7 +63,7 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
             sub_expression=options.sub_expression, expression_type=options.expression_type,
             tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
             fail_on_data_loss=options.fail_on_data_loss, retry=options.retry, namespace=options.namespace,
-            max_body_bytes=options.max_body_bytes,
+            max_body_bytes=options.max_body_bytes, columns=options.columns,
         )
         for group in groups
     ]

@@ -70,7 +70,8 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     """
     client = client or shared_client(part.client)
     builder = BatchBuilder([RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id,
-                                     r.start, r.end) for r in part.ranges], part.tag_filter, part.max_body_bytes)
+                                     r.start, r.end) for r in part.ranges], part.tag_filter, part.max_body_bytes,
+                           part.columns)
     waiting = deque(_RangeRead(client, part, index, r, stalled_wait_s) for index, r in enumerate(part.ranges))
     active: list[_RangeRead] = []
     while waiting or active:

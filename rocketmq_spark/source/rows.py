@@ -1,21 +1,36 @@
 """The rows of a task's queue ranges: decoded pulls trimmed to their range, exact tag matches, as
-Arrow record batches."""
+Arrow record batches of the columns the query reads."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.types import StructType
 
+from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.decoder import PullDecoder
-from rocketmq_spark.source.schema import ARROW_SCHEMA
+from rocketmq_spark.source.schema import ARROW_SCHEMA, COLUMNS, SCHEMA, arrow_schema
 
 _TIMESTAMP = ARROW_SCHEMA.field("bornTimestamp").type
 _INT32 = pa.int32()
+# The decoded column (an ``ArrowColumns`` field) each row column is, where it is one; the others
+# come from the range a message was pulled from.
+_DECODED = {
+    "queueOffset": "queue_offset", "msgId": "msg_id", "offsetMsgId": "offset_msg_id", "tags": "tags",
+    "keys": "keys", "body": "body", "properties": "properties", "bornTimestamp": "born_timestamp",
+    "storeTimestamp": "store_timestamp", "bornHost": "born_host", "storeHost": "store_host",
+    "reconsumeTimes": "reconsume_times", "flag": "flag",
+}
+# Trimming pulls to their ranges needs the offsets, and the exact tag check the tags.
+_ALWAYS_DECODED = frozenset({"queue_offset"})
+_TAG_CHECK = frozenset({"tags"})
+# Decoded in epoch milliseconds, read by Spark in microseconds.
+_TIMESTAMPS = frozenset({"bornTimestamp", "storeTimestamp"})
 
 
 @dataclass(frozen=True)
@@ -36,18 +51,23 @@ class BatchBuilder:
     work runs in bulk however many ranges the pulls came from. Messages outside their range (a
     pull returns whole broker batches) and messages whose tag is not exactly one subscribed (the
     broker filters by hash code) are dropped then. The caller flushes when ``rows`` or
-    ``body_bytes`` reach its bound, so memory does not grow with the ranges.
+    ``body_bytes`` reach its bound, so memory does not grow with the ranges. Batches hold
+    ``columns`` (names of the source's schema) in that order; the decoding of the others is
+    skipped where the decoder can.
     """
 
     def __init__(self, ranges: Sequence[RowRange], tags: frozenset[str] | None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, columns: Sequence[str] = COLUMNS) -> None:
         self._topic = pa.array([r.topic for r in ranges], pa.string())
         self._broker = pa.array([r.broker_name for r in ranges], pa.string())
         self._queue_id = pa.array([r.queue_id for r in ranges], _INT32)
         self._start = np.array([r.start for r in ranges], np.int64)
         self._end = np.array([r.end for r in ranges], np.int64)
         self._tags = None if tags is None else pa.array(sorted(tags), pa.string())
-        self._decoder = PullDecoder(max_body_bytes)
+        self._columns = tuple(columns)
+        self._schema = arrow_schema(StructType([SCHEMA[name] for name in self._columns]))
+        wanted = frozenset(_DECODED[name] for name in self._columns if name in _DECODED) | _ALWAYS_DECODED
+        self._decoder = PullDecoder(max_body_bytes, wanted | (_TAG_CHECK if tags is not None else frozenset()))
         self._reset()
 
     def _reset(self) -> None:
@@ -82,22 +102,16 @@ class BatchBuilder:
         if len(cols) == 0:
             return None
         ranges = pa.array(range_of, pa.int64())
-        arrays = [
-            self._topic.take(ranges),
-            self._broker.take(ranges),
-            self._queue_id.take(ranges),
-            cols.queue_offset,
-            cols.msg_id,
-            cols.offset_msg_id,
-            cols.tags,
-            cols.keys,
-            cols.body,
-            cols.properties,
-            cols.born_timestamp.cast(_TIMESTAMP),
-            cols.store_timestamp.cast(_TIMESTAMP),
-            cols.born_host,
-            cols.store_host,
-            cols.reconsume_times,
-            cols.flag,
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        made: dict[str, Callable[[], pa.Array]] = {
+            "topic": lambda: self._topic.take(ranges),
+            "brokerName": lambda: self._broker.take(ranges),
+            "queueId": lambda: self._queue_id.take(ranges),
+        }
+        arrays = [made[name]() if name in made else _row_column(cols, name) for name in self._columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+
+def _row_column(cols: ArrowColumns, name: str) -> pa.Array:
+    """A decoded column as Spark reads it: timestamps in microseconds."""
+    array: pa.Array = getattr(cols, _DECODED[name])
+    return array.cast(_TIMESTAMP) if name in _TIMESTAMPS else array

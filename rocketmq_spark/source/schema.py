@@ -1,4 +1,8 @@
-"""The source's fixed row schema, in Spark's terms and as the Arrow schema of ``read()``'s batches.
+"""The source's row schema, in Spark's terms and as the Arrow schema of ``read()``'s batches.
+
+The columns are fixed; a user-given schema (``.schema(...)``) may name any of them, in any order,
+with their types, and then only those are produced: a query that needs few columns skips the
+decoding of the rest.
 
 Spark checks every batch a Python source yields against the Arrow form of the Spark schema:
 timestamps in microseconds with the UTC zone, maps with a non-null key. PySpark's own converter
@@ -12,6 +16,8 @@ import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
+
+from rocketmq_spark.remoting.errors import ConfigurationError
 
 _STRING = StringType()
 _INT = IntegerType()
@@ -56,3 +62,35 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 ARROW_SCHEMA = arrow_schema(SCHEMA)
+
+# The name ``ConfigurationError`` reports for a schema the source cannot produce.
+SCHEMA_OPTION = "schema"
+COLUMNS = tuple(SCHEMA.names)
+_ALLOWED = {field.name: field for field in SCHEMA.fields}
+
+
+def checked_columns(schema: StructType) -> tuple[str, ...]:
+    """The columns a user-given schema asks for, in its order; any column that is not one of the
+    source's with its type (and nullable: tags, keys and more can be null) fails, naming them all."""
+    problems = []
+    seen: set[str] = set()
+    for field in schema.fields:
+        allowed = _ALLOWED.get(field.name)
+        if allowed is None:
+            problems.append(f"'{field.name}' is not a column of the source")
+        elif field.name in seen:
+            problems.append(f"'{field.name}' is named twice")
+        elif field.dataType != allowed.dataType:
+            problems.append(f"'{field.name}' is {allowed.dataType.simpleString()}, "
+                            f"not {field.dataType.simpleString()}")
+        elif not field.nullable:
+            problems.append(f"'{field.name}' must be nullable")
+        seen.add(field.name)
+    if not schema.fields:
+        problems.append("it names no column")
+    if problems:
+        raise ConfigurationError(
+            SCHEMA_OPTION, f"the schema given with .schema(...) cannot be read: {'; '.join(problems)}",
+            f"Name any of these columns, in any order, with these types: {SCHEMA.simpleString()}; "
+            "or give no schema for all of them")
+    return tuple(field.name for field in schema.fields)

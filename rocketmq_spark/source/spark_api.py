@@ -18,6 +18,15 @@ calls ``latestOffset()`` with no argument. Measured there (``docs/offsets.md``),
 So on 4.0 and 4.1 the source is wrapped in ``PlainStreamReader``, which knows where the next
 batch starts (the end of the last batch Spark planned, else the initial offsets) and hands the
 source its own read limit, as Spark 4.2 would.
+
+PySpark 4.1 added filter pushdown to batch readers: ``DataSourceReader.pushFilters`` and the
+filter classes of ``pyspark.sql.datasource``. Spark calls it only when the session conf
+``spark.sql.python.filterPushdown.enabled`` is true, and that is false by default on 4.1, 4.2 and
+4.3 (read from each line's session); worse, while it is false, planning a read whose reader
+overrides ``pushFilters`` fails (``DATA_SOURCE_PUSHDOWN_DISABLED``,
+``pyspark/sql/worker/plan_data_source_read.py``, 4.1 to 4.3). The source cannot see the conf, so
+the reader that pushes is used only when the user asks for it (the ``filterPushdown`` option);
+on 4.0 the filter classes are stand-ins that Spark never makes, and the plain reader is used.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyspark
@@ -71,7 +80,39 @@ except ImportError:  # PySpark 4.0 and 4.1
     SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[misc]
     ADMISSION_CONTROL = False
 
-__all__ = ["ADMISSION_CONTROL", "AdmissionControlled", "PlainStreamReader", "ReadAllAvailable", "ReadLimit",
+
+@dataclass(frozen=True)
+class _Filter:
+    """Stand-ins for PySpark 4.1's filter classes on 4.0, which never pushes any."""
+
+    attribute: tuple[str, ...]
+    value: Any
+
+
+class _EqualTo(_Filter): ...
+class _GreaterThan(_Filter): ...
+class _GreaterThanOrEqual(_Filter): ...
+class _LessThan(_Filter): ...
+class _LessThanOrEqual(_Filter): ...
+class _In(_Filter): ...
+
+
+try:
+    from pyspark.sql.datasource import (
+        EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+    )
+
+    FILTER_PUSHDOWN = True
+except ImportError:  # PySpark 4.0
+    Filter, EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In = (  # type: ignore[misc]
+        _Filter, _EqualTo, _GreaterThan, _GreaterThanOrEqual, _LessThan, _LessThanOrEqual, _In)
+    FILTER_PUSHDOWN = False
+
+# The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+__all__ = ["ADMISSION_CONTROL", "FILTER_PUSHDOWN", "FILTER_PUSHDOWN_CONF", "EqualTo", "Filter", "GreaterThan",
+           "GreaterThanOrEqual", "In", "LessThan", "LessThanOrEqual", "batch_reader_class", "AdmissionControlled", "PlainStreamReader", "ReadAllAvailable", "ReadLimit",
            "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "for_this_spark"]
 
 
@@ -146,6 +187,18 @@ def single_batch_notice(stores: bool, limited: bool) -> str:
         notice += ("; maxMessagesPerTrigger and minMessagesPerTrigger apply to that batch as to any trigger, so such "
                    "a run reads at most maxMessagesPerTrigger messages, or none below minMessagesPerTrigger")
     return notice
+
+
+R = TypeVar("R")
+
+
+def batch_reader_class(pushdown: bool, plain: type[R], pushing: type[R]) -> type[R]:
+    """The batch reader class for this PySpark: the one that overrides ``pushFilters`` only when
+    the user asked for pushdown (which then needs the conf on) and this PySpark has it."""
+    if pushdown and not FILTER_PUSHDOWN:
+        log.info("PySpark %s pushes no filters to Python sources (4.1 and later do): filterPushdown has no effect; "
+                 "Spark filters the rows", pyspark.__version__)
+    return pushing if pushdown and FILTER_PUSHDOWN else plain
 
 
 def for_this_spark(reader: Any, stores: bool = False, limited: bool = False) -> DataSourceStreamReader:
