@@ -111,9 +111,10 @@ except ImportError:  # PySpark 4.0
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["ADMISSION_CONTROL", "FILTER_PUSHDOWN", "FILTER_PUSHDOWN_CONF", "EqualTo", "Filter", "GreaterThan",
-           "GreaterThanOrEqual", "In", "LessThan", "LessThanOrEqual", "batch_reader_class", "AdmissionControlled", "PlainStreamReader", "ReadAllAvailable", "ReadLimit",
-           "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "for_this_spark"]
+__all__ = ["ADMISSION_CONTROL", "FILTER_PUSHDOWN", "FILTER_PUSHDOWN_CONF", "AdmissionControlled", "EqualTo", "Filter",
+           "GreaterThan", "GreaterThanOrEqual", "In", "LessThan", "LessThanOrEqual", "PlainStreamReader",
+           "ReadAllAvailable", "ReadLimit", "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow",
+           "batch_reader_class", "for_this_spark"]
 
 
 class AdmissionControlled(Protocol):
