@@ -56,6 +56,11 @@ FREEZE_S = 25.0
 # than the source's route cache (10 s) and a trigger, so that a batch is planned on the new route.
 LOWERED_READ_QUEUES = 2
 LOWERED_S = 15.0
+# The replay test: how long the query must live with the replayed batch planned and its broker
+# down (a planning failure shows at once), and a retry budget that outlasts the broker's restart
+# on a loaded machine, since the replayed batch must wait for it.
+REPLAY_HOLD_S = 5.0
+REPLAY_RETRY_BUDGET_MS = 180_000
 
 READ_TIMEOUT_S = 120.0
 STORED_TIMEOUT_S = 60.0
@@ -63,14 +68,18 @@ ROUTE_TIMEOUT_S = 120.0
 FLUSH_TIMEOUT_S = 30.0
 POLL_S = 0.5
 SAMPLE = 5
-ERROR_CHARS = 600
+ERROR_CHARS = 300
+# The last line of a Python traceback: ``package.module.SomeError: message``.
+ERROR_LINE = re.compile(r"^[\w.]+(Error|Exception): ")
 
 SINK_COLUMNS = ("keys", "brokerName", "queueId", "queueOffset")
 SINK_SCHEMA = "keys STRING, brokerName STRING, queueId INT, queueOffset BIGINT"
+BATCH_DIR_PREFIX = "batch="
 # A broker writes its consumer offsets to this file of its store every flushConsumerOffsetInterval (5 s).
 CONSUMER_OFFSETS_FILE = Path("config") / "consumerOffset.json"
 # The offset log of a checkpoint: a version line, the batch's metadata, then one line per source.
 OFFSET_LOG_SOURCE_LINE = 2
+CHECKSUM_SUFFIX = ".crc"
 # mqadmin topicRoute prints the route as JSON whose queue entries hold no nested object.
 FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
 BROKER_NAME_FIELD = re.compile(r'"brokerName"\s*:\s*"([^"]+)"')
@@ -160,22 +169,37 @@ def wait_all_sent(producer: Producer, count: int, deadline: float) -> list[dict[
 
 
 class Stream:
-    """A query of the topic into a parquet sink with a checkpoint, started and stopped at will."""
+    """A query of the topic into a sink with a checkpoint, started and stopped at will.
+
+    The sink is exactly-once either way, so it holds what the source read: Spark's parquet sink,
+    which skips a batch it already has when Spark runs it again (so the source does not read it
+    again), or with ``per_batch`` a foreachBatch sink that writes each batch to a directory of its
+    own, replaced when Spark runs the batch again (which the source then reads again)."""
 
     def __init__(self, spark: Any, handle: ClusterHandle, topic: str, group: str, workdir: Path,
-                 **options: str) -> None:
+                 per_batch: bool = False, **options: str) -> None:
         self.spark, self.handle, self.topic, self.group = spark, handle, topic, group
         self.sink = workdir / "sink"
         self.checkpoint = workdir / "checkpoint"
+        self.per_batch = per_batch
         self.options = {"consumeFromWhere": FIRST_OFFSET, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
         self.query: Any = None
+        self.handed: list[int] = []  # the batch ids handed to the per-batch sink, in order
 
     def start(self, available_now: bool = False) -> None:
         df = stream(self.spark, self.handle, self.topic, self.group, **self.options).select(*SINK_COLUMNS)
-        writer = (df.writeStream.format("parquet").option("path", str(self.sink))
-                  .option("checkpointLocation", str(self.checkpoint)))
+        writer = df.writeStream.option("checkpointLocation", str(self.checkpoint))
+        if self.per_batch:
+            writer = writer.foreachBatch(self._write_batch)
+        else:
+            writer = writer.format("parquet").option("path", str(self.sink))
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=TRIGGER)
         self.query = writer.start()
+
+    def _write_batch(self, batch: Any, batch_id: int) -> None:
+        """Runs in this process (Spark calls it back), before the batch's ranges are read."""
+        self.handed.append(batch_id)
+        batch.write.mode("overwrite").parquet(str(self.sink / f"{BATCH_DIR_PREFIX}{batch_id}"))
 
     def run_available_now(self) -> None:
         """One Trigger.AvailableNow run on the checkpoint, to its end (its error raised)."""
@@ -188,7 +212,7 @@ class Stream:
 
     def check_alive(self, what: str) -> None:
         error = self.query.exception()
-        assert error is None, f"{what}: the query failed: {str(error)[:ERROR_CHARS]}"
+        assert error is None, f"{what}: the query failed: {error_summary(str(error))}"
         assert self.query.isActive, f"{what}: the query stopped"
 
     def ends(self) -> dict[Queue, int]:
@@ -212,9 +236,35 @@ class Stream:
             time.sleep(POLL_S)
 
     def keys(self) -> Counter[str]:
-        """The keys in the sink, as Spark reads it: only the files its metadata log committed."""
-        rows = self.spark.read.schema(SINK_SCHEMA).parquet(str(self.sink)).select("keys").collect()
+        """The keys in the sink, as Spark reads it: only the files its metadata log committed, or
+        every batch's directory."""
+        paths = sorted(self.sink.glob(f"{BATCH_DIR_PREFIX}*")) if self.per_batch else [self.sink]
+        rows = self.spark.read.schema(SINK_SCHEMA).parquet(*map(str, paths)).select("keys").collect()
         return Counter(str(r.keys) for r in rows)
+
+    def wait_handed(self, batch_id: int, since: int, what: str) -> None:
+        """Until the per-batch sink is handed the batch (after the first ``since`` hand-overs)."""
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while batch_id not in self.handed[since:]:
+            self.check_alive(what)
+            assert time.monotonic() < deadline, f"{what}: batch {batch_id} not handed to the sink in time"
+            time.sleep(POLL_S)
+
+    def hold(self, seconds: float, what: str) -> None:
+        """Check for ``seconds`` that the query lives."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.check_alive(what)
+            time.sleep(POLL_S)
+        self.check_alive(what)
+
+
+def error_summary(text: str) -> str:
+    """A query's error in short: its first line, and the line that names the source's own error
+    in the Python traceback Spark wraps it in."""
+    lines = text.splitlines()
+    named = [line.strip() for line in lines if ERROR_LINE.match(line.strip())]
+    return "\n".join([lines[0][:ERROR_CHARS], *named[-1:]]) if lines else text
 
 
 @dataclass(frozen=True)
@@ -403,6 +453,8 @@ def drop_last_commit(checkpoint: Path, broker: str, topic: str) -> int:
     commits = sorted((int(p.name), p) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     batch, newest = commits[-1]
     newest.unlink()
+    # Its checksum too, which Spark's local file system writes beside it: a crash leaves neither.
+    newest.with_name(f".{newest.name}{CHECKSUM_SUFFIX}").unlink(missing_ok=True)
 
     def planned(batch_id: int) -> dict[Queue, int]:
         lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
@@ -451,6 +503,47 @@ def test_restart_on_checkpoint_while_a_broker_is_down(spark: Any, topology: Clus
     finally:
         query.stop()
     print_recovery("restarted on its checkpoint, broker-b down", "broker-b routed again", recovery, sent_s)
+    assert_exact(query.keys(), sent.keys, "the sink")
+
+
+def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, topology: ClusterHandle, tmp_path: Path,
+                                                          unique: Callable[[str], str]) -> None:
+    """A query restarted on its checkpoint while broker-b is out of the routes, whose last batch
+    read broker-b and is not committed (a driver that died between Spark's offset log and its
+    commit log): Spark runs that batch again, its ranges fixed by the offset log. Planning it
+    must not fail for want of broker-b's address: the batch waits for broker-b (within
+    retryBudgetMs), and reads the same rows once it is back. The sink replaces a batch run
+    again, so its keys are exact."""
+    topic, group = unique("topo-replay"), unique("topo-replay-group")
+    create_topic(topology, topic, queues=QUEUES_PER_BROKER)
+    sent = Sent(BROKER_NAMES)
+    sent.add(send(topology, tmp_path, topic, BEFORE, "before"))
+    query = Stream(spark, topology, topic, group, tmp_path / "stream", per_batch=True,
+                   retryBudgetMs=str(REPLAY_RETRY_BUDGET_MS))
+    query.start()
+    try:
+        query.wait_read(sent.ends, "the messages sent before")
+        sent.add(send(topology, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
+        query.wait_read(sent.ends, "the last messages, on broker-b")
+    finally:
+        query.stop()
+    stood = sent.of(BROKER_B)
+    replayed = drop_last_commit(query.checkpoint, BROKER_B, topic)
+    take_down(topology, BROKER_B, topic)
+    handed = len(query.handed)
+    query.start()
+    try:
+        what = f"batch {replayed}, run again while broker-b is down"
+        query.wait_handed(replayed, handed, what)
+        query.hold(REPLAY_HOLD_S, what)
+        back = bring_back(topology, BROKER_B, topic)
+        sent.add(send(topology, tmp_path, topic, AFTER, "after"))
+        sent_s = time.monotonic() - back
+        recovery = wait_recovery(query, stood, sent.ends, back, "broker-b's queues once it is back")
+        wait_stored_at_max(topology, topic, group, sent.ends)
+    finally:
+        query.stop()
+    print_recovery("batch of broker-b run again while it is down", "broker-b routed again", recovery, sent_s)
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
