@@ -184,7 +184,6 @@ class Stream:
         self.per_batch = per_batch
         self.options = {"consumeFromWhere": FIRST_OFFSET, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
         self.query: Any = None
-        self.handed: list[int] = []  # the batch ids handed to the per-batch sink, in order
 
     def start(self, available_now: bool = False) -> None:
         df = stream(self.spark, self.handle, self.topic, self.group, **self.options).select(*SINK_COLUMNS)
@@ -197,8 +196,7 @@ class Stream:
         self.query = writer.start()
 
     def _write_batch(self, batch: Any, batch_id: int) -> None:
-        """Runs in this process (Spark calls it back), before the batch's ranges are read."""
-        self.handed.append(batch_id)
+        """Writes the batch where a run of it again replaces it."""
         batch.write.mode("overwrite").parquet(str(self.sink / f"{BATCH_DIR_PREFIX}{batch_id}"))
 
     def run_available_now(self) -> None:
@@ -242,12 +240,12 @@ class Stream:
         rows = self.spark.read.schema(SINK_SCHEMA).parquet(*map(str, paths)).select("keys").collect()
         return Counter(str(r.keys) for r in rows)
 
-    def wait_handed(self, batch_id: int, since: int, what: str) -> None:
-        """Until the per-batch sink is handed the batch (after the first ``since`` hand-overs)."""
+    def wait_processing(self, what: str) -> None:
+        """Until the query runs a batch: past its start, it plans that batch's ranges now."""
         deadline = time.monotonic() + READ_TIMEOUT_S
-        while batch_id not in self.handed[since:]:
+        while not (self.query.status["isDataAvailable"] and self.query.status["isTriggerActive"]):
             self.check_alive(what)
-            assert time.monotonic() < deadline, f"{what}: batch {batch_id} not handed to the sink in time"
+            assert time.monotonic() < deadline, f"{what}: the query ran no batch in time"
             time.sleep(POLL_S)
 
     def hold(self, seconds: float, what: str) -> None:
@@ -352,10 +350,12 @@ def take_down(handle: ClusterHandle, broker: str, topic: str) -> float:
 
 
 def bring_back(handle: ClusterHandle, broker: str, topic: str) -> float:
-    """Restart the broker on its store; the time (monotonic) the topic's route has it again."""
-    cluster_of(handle).restart(broker)
+    """Restart the broker on its store and wait until the topic's route has it again; the time
+    (monotonic) the name server was seen to list it, which recovery times count from."""
+    cluster_of(handle).restart(broker)  # returns once the name server lists it
+    back = time.monotonic()
     wait_route(handle, topic, broker, QUEUES_PER_BROKER)
-    return time.monotonic()
+    return back
 
 
 def wait_offsets_flushed(handle: ClusterHandle, broker: str, topic: str, group: str,
@@ -530,11 +530,10 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, topology: 
     stood = sent.of(BROKER_B)
     replayed = drop_last_commit(query.checkpoint, BROKER_B, topic)
     take_down(topology, BROKER_B, topic)
-    handed = len(query.handed)
     query.start()
     try:
         what = f"batch {replayed}, run again while broker-b is down"
-        query.wait_handed(replayed, handed, what)
+        query.wait_processing(what)
         query.hold(REPLAY_HOLD_S, what)
         back = bring_back(topology, BROKER_B, topic)
         sent.add(send(topology, tmp_path, topic, AFTER, "after"))
@@ -585,13 +584,16 @@ def test_broker_frozen_past_the_retry_budget(spark: Any, topology: ClusterHandle
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
-def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues: int) -> None:
+def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues: int) -> float:
     """Change the topic's readQueueNums on one broker (writeQueueNums stays), as an operator does
-    with mqadmin, and wait until the name server's route says so."""
+    with mqadmin, and wait until the name server's route says so; the time (monotonic) mqadmin
+    returned, which recovery times count from (the broker tells the name server at once)."""
     cluster = cluster_of(handle)
     address = cluster.config.broker_addr(BROKER_NAMES.index(broker))
     cluster.mqadmin("updateTopic", "-b", address, "-t", topic, "-r", str(read_queues), "-w", str(QUEUES_PER_BROKER))
+    changed = time.monotonic()
     wait_route(handle, topic, broker, read_queues)
+    return changed
 
 
 def test_read_queues_lowered_then_raised(spark: Any, topology: ClusterHandle, tmp_path: Path,
@@ -611,16 +613,14 @@ def test_read_queues_lowered_then_raised(spark: Any, topology: ClusterHandle, tm
         held = [(BROKER_A, q) for q in range(LOWERED_READ_QUEUES, QUEUES_PER_BROKER)]
         readable = [(BROKER_A, q) for q in range(LOWERED_READ_QUEUES)]
         stood = {q: sent.ends[q] for q in held}
-        set_read_queues(topology, topic, BROKER_A, LOWERED_READ_QUEUES)
-        lowered_at = time.monotonic()
+        lowered_at = set_read_queues(topology, topic, BROKER_A, LOWERED_READ_QUEUES)
         sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
         assert all(sent.ends[q] > stood[q] for q in held), "the producer sent nothing to the unreadable queues"
         query.wait_read({q: sent.ends[q] for q in readable}, "the readable queues while the others are not")
         time.sleep(max(0.0, lowered_at + LOWERED_S - time.monotonic()))
         sent.add(send(topology, tmp_path, topic, LATE, "late", "--broker", BROKER_A, "--queue", "0"))
         query.wait_read({q: sent.ends[q] for q in readable}, "a readable queue, once the route is surely seen")
-        set_read_queues(topology, topic, BROKER_A, QUEUES_PER_BROKER)
-        raised = time.monotonic()
+        raised = set_read_queues(topology, topic, BROKER_A, QUEUES_PER_BROKER)
         recovery = wait_recovery(query, stood, sent.ends, raised, "the held queues once readable again")
         wait_stored_at_max(topology, topic, group, sent.ends)
     finally:
