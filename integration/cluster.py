@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -34,13 +35,14 @@ from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
     ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, config_from_json,
+    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, broker_store,
+    config_from_json,
     config_to_json, namesrv_name,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
 from integration.javatool import TOOL_HEAP, run_tool, tool_command
 from integration.processes import (
-    READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, spawn, terminate, wait_ready,
+    READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, send_signal, spawn, terminate, wait_ready,
 )
 from integration.tls_setup import (
     CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_server_certificates, server_properties,
@@ -251,10 +253,32 @@ class Cluster:
         """SIGKILL one server, as a crash would: no shutdown hook runs, its store stays as it was."""
         self._end(name, kill)
 
-    def _end(self, name: str, how: Callable[[Server], None]) -> None:
+    def freeze(self, name: str) -> None:
+        """SIGSTOP one server, as a hung host or a long GC pause would: its process, ports and
+        connections stay, nothing answers, and the name servers keep routing to it until its
+        registration expires (two minutes)."""
+        send_signal(self._server(name), signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        """SIGCONT a server ``freeze`` stopped (harmless on one that runs)."""
+        send_signal(self._server(name), signal.SIGCONT)
+
+    def running(self, name: str) -> bool:
+        """Whether the named server was started and is not stopped or killed since."""
+        return any(s.name == name for s in self.servers)
+
+    def broker_store(self, name: str) -> Path:
+        """The store directory of a broker (its commit log, queues and ``config/`` files)."""
+        return broker_store(self.config.workdir, name)
+
+    def _server(self, name: str) -> Server:
         server = next((s for s in self.servers if s.name == name), None)
         if server is None:
             raise ClusterError(f"no running server named {name}")
+        return server
+
+    def _end(self, name: str, how: Callable[[Server], None]) -> None:
+        server = self._server(name)
         how(server)
         self.servers.remove(server)
         self._save()

@@ -118,13 +118,18 @@ class ClusterConfig:
         return self.tls is not None and self.tls != TLS_DISABLED
 
 
+def broker_store(workdir: Path, name: str) -> Path:
+    """Where a broker keeps its store: commit log, consume queues and its ``config/`` files."""
+    return workdir / "store" / name
+
+
 def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
     """broker.conf for one broker; the defaults are sized for a test machine, not production.
 
     A broker ignores settings its release does not know, so one set serves every release.
     """
     name = BROKER_NAMES[index]
-    store = config.workdir / "store" / name
+    store = broker_store(config.workdir, name)
     settings = {
         "brokerClusterName": CLUSTER_NAME,
         "brokerName": name,

@@ -142,6 +142,13 @@ def kill(server: Server) -> None:
         raise ProcessError(f"{server.role} (pid {server.pid}) still runs {STOP_TIMEOUT_S:.0f}s after SIGKILL")
 
 
+def send_signal(server: Server, signum: int) -> None:
+    """Send a signal to a server the launcher started, after checking the pid is still its own."""
+    if not server.alive():
+        raise ProcessError(f"{server.role} (pid {server.pid}) is not running")
+    os.kill(server.pid, signum)
+
+
 def reap(pid: int) -> None:
     try:
         os.waitpid(pid, os.WNOHANG)
