@@ -161,7 +161,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A queue that left the routes of a live broker after the query read it to its end
         # (readQueueNums lowered, read permission taken away) lost nothing: it is held too.
         drained = {q for q in absent if q not in away and begins[q] >= self._last_max.get(q, begins[q] + 1)}
-        self._note_away(away, drained)
+        self._note_away(away, drained, frozenset(q.broker_name for q in latest))
         self._last_max.update(latest)
         new = [q for q in latest if q not in begins]
         first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
@@ -209,10 +209,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         back = self._forget_reconnected()
         self._resets.update(resets.moved(ours, {q: o for q, o in found.items() if q.broker_name not in back}))
 
-    def _note_away(self, away: set[MessageQueue], drained: set[MessageQueue]) -> None:
-        """Log when brokers or queues leave or return, not at every trigger while they are away."""
+    def _note_away(self, away: set[MessageQueue], drained: set[MessageQueue], serving: frozenset[str]) -> None:
+        """Log when brokers or queues leave or return, not at every trigger while they are away.
+        A broker that serves some of the queues is registered: its other queues are only not
+        routed yet (or any more)."""
         unreachable = frozenset(self.offsets.unreachable)
-        brokers = frozenset(q.broker_name for q in away) - unreachable
+        brokers = frozenset(q.broker_name for q in away) - unreachable - serving
         if brokers - self._away:
             log.warning("brokers %s are not registered with the name server; their queues resume "
                         "when they return", sorted(brokers - self._away))
