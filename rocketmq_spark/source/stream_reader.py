@@ -163,7 +163,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         drained = {q for q in absent if q not in away and begins[q] >= self._last_max.get(q, begins[q] + 1)}
         self._note_away(away, drained, frozenset(q.broker_name for q in latest))
         self._last_max.update(latest)
-        new = [q for q in latest if q not in begins]
+        new = [q for q in self._latest if q not in begins]  # not those an AvailableNow run leaves out
         first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
         return BrokerFacts(latest, earliest, frozenset(away | drained), first, self._target)
 
