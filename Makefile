@@ -32,7 +32,7 @@ $(RMQ_CLASSPATH): $(INSTALLED) integration/pom.xml integration/tool/pom.xml $(sh
 	$(PY) -m integration.cluster build --version $(ROCKETMQ_VERSION)
 
 # Every test but the package tests, the other PySpark lines, the fault tests and the docs tests
-# (below), which would take make test from about 19 minutes to over 30 on two cores.
+# (below), which would take make test from about 20 minutes to over 30 on two cores.
 test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
