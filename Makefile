@@ -82,8 +82,10 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # Faults under a running stream, each on 20,000 messages with exactly-once output and exact stored
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two
 # name servers gone, the Spark driver killed mid-batch, and a relay in front of one broker that
-# delays, stalls, resets and cuts its traffic (docs/operations.md#failures). A cluster of their own;
-# about 6 minutes on 2 cores.
+# delays, stalls, resets and cuts its traffic (docs/operations.md#failures); then the topology cases
+# on two brokers of their own (integration/tests/test_topology.py): a new query and a restart while a
+# broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised. About 10.5
+# minutes on 2 cores.
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
