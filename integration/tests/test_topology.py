@@ -28,6 +28,7 @@ from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.support import ClusterHandle, create_topic, offsets_and_ends, spark_offsets, stream
+from rocketmq_spark.source.offset_reader import ROUTE_REFRESH_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -56,6 +57,8 @@ FREEZE_S = 25.0
 # than the source's route cache (10 s) and a trigger, so that a batch is planned on the new route.
 LOWERED_READ_QUEUES = 2
 LOWERED_S = 15.0
+# When the source's routes surely show a topic change: its route cache, and a trigger or two more.
+ROUTE_SEEN_S = ROUTE_REFRESH_S + 2.0
 # The replay test: how long the query must live with the replayed batch planned and its broker
 # down (a planning failure shows at once), and a retry budget that outlasts the broker's restart
 # on a loaded machine, since the replayed batch must wait for it.
@@ -614,6 +617,10 @@ def test_read_queues_lowered_then_raised(spark: Any, topology: ClusterHandle, tm
         readable = [(BROKER_A, q) for q in range(LOWERED_READ_QUEUES)]
         stood = {q: sent.ends[q] for q in held}
         lowered_at = set_read_queues(topology, topic, BROKER_A, LOWERED_READ_QUEUES)
+        # A batch planned on routes from before the change would read the hidden queues, and its
+        # tasks wait for them to be readable again (unit-tested in test_partition_reader): send
+        # once the source's routes surely show the change.
+        time.sleep(max(0.0, lowered_at + ROUTE_SEEN_S - time.monotonic()))
         sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
         assert all(sent.ends[q] > stood[q] for q in held), "the producer sent nothing to the unreadable queues"
         query.wait_read({q: sent.ends[q] for q in readable}, "the readable queues while the others are not")

@@ -123,6 +123,27 @@ class QueueNotRoutedError(RocketMQError):
                          f"again reads {queue} from it; waiting for it to return")
 
 
+class QueueNotReadableError(RocketMQError):
+    """A broker refuses to serve a queue it has (INVALID_PARAMETER, "queueId[N] is illegal"): its
+    ``readQueueNums`` was lowered, or read permission taken away, after a batch was planned on it.
+    Retriable: the batch must read what it planned, which the broker serves again once the queue
+    is readable again."""
+
+    retriable = True
+
+    def __init__(self, queue: str, cause: BrokerResponseError) -> None:
+        self.cause = cause
+        super().__init__(
+            f"{queue} is not readable on its broker now ({cause.remark}), but a micro-batch planned before that "
+            "reads it. Make the queue readable again (readQueueNums, the topic's permission) for the batch to "
+            "finish; lower writeQueueNums first and let the query drain a queue before hiding it")
+
+    @staticmethod
+    def refused(error: BrokerResponseError) -> bool:
+        """Whether a pull's error is the broker refusing a queue it does not let anyone read now."""
+        return error.code == codes.ResponseCode.INVALID_PARAMETER and "is illegal" in (error.remark or "")
+
+
 class BrokersUnreachableError(RocketMQError):
     """Every broker of a running stream's topics is registered but none has answered for the
     retry budget: nothing can be read."""

@@ -20,7 +20,9 @@ import pyarrow as pa
 
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError, RocketMQError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError, OffsetNotServedError, ProtocolError, QueueNotReadableError, RocketMQError,
+)
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -282,14 +284,23 @@ class _Pull:
             if self._pending is None:
                 assert self._error is not None
                 raise self._error
-            return self._pending.result()
+            return self._answer(self._pending)
         except RocketMQError as err:
             if not err.retriable:
                 raise
             # Debug only: many pulls meet the same outage, which the retry logs once.
             log.debug("pull of %s at %d failed (%s); pulling it again", self.read.rng.queue, self.start, err)
-        return self.read.part.retry.call(lambda: self.read.pull_async(self.start, self.stop).result(),
+        return self.read.part.retry.call(lambda: self._answer(self.read.pull_async(self.start, self.stop)),
                                          f"pull of {self.read.rng.queue} at {self.start}")
+
+    def _answer(self, pending: PendingPull) -> PullResult:
+        """The pull's answer; a queue the broker does not let anyone read now is waited for."""
+        try:
+            return pending.result()
+        except BrokerResponseError as err:
+            if QueueNotReadableError.refused(err):
+                raise QueueNotReadableError(str(self.read.rng.queue), err) from err
+            raise
 
 
 # Answers that hand out what they found and go on from their next begin offset, if it moves on.

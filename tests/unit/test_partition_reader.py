@@ -21,7 +21,8 @@ from rocketmq_spark.model import EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
-from rocketmq_spark.remoting.errors import (BodyTooLargeError, DataLossError, OffsetNotServedError, ProtocolError,
+from rocketmq_spark.remoting.errors import (BodyTooLargeError, BrokerResponseError, DataLossError,
+                                            OffsetNotServedError, ProtocolError, QueueNotReadableError,
                                             RequestTimeoutError)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
@@ -271,6 +272,30 @@ def test_a_pull_that_times_out_is_pulled_again(broker: list[FakeQueue]) -> None:
     broker.append(queue)
     assert offsets(broker, partition(0, 100, pull_batch_size=10)) == list(range(100))
     assert not queue.failures
+
+
+# What a 5.3.3 broker answers a pull of a queue above a lowered readQueueNums.
+NOT_READABLE = BrokerResponseError(codes.ResponseCode.INVALID_PARAMETER,
+                                   "queueId[0] is illegal, topic:[t] topicConfig.readQueueNums:[0] consumer:[/127.0.0.1:1]")
+
+
+def test_a_queue_hidden_after_its_batch_was_planned_is_read_once_readable_again(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(100)
+    queue.failures = [1, 1]
+    queue.failure = NOT_READABLE
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, pull_batch_size=10)) == list(range(100))
+
+
+def test_a_queue_that_stays_hidden_fails_the_read_saying_why(broker: list[FakeQueue]) -> None:
+    queue = FakeQueue(100)
+    queue.failures = [1] * 1000
+    queue.failure = NOT_READABLE
+    broker.append(queue)
+    part = dataclasses.replace(partition(0, 100), retry=Retry(budget_s=0.2, first_backoff_s=0.01))
+    with pytest.raises(QueueNotReadableError, match=r"orders/broker-a/2 is not readable on its broker now \(queueId\[0\] "
+                                                    r"is illegal.*Make the queue readable again"):
+        offsets(broker, part)
 
 
 def test_an_error_a_retry_cannot_fix_fails_the_read(broker: list[FakeQueue]) -> None:
