@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 K = TypeVar("K")
 
-# How long a topic's route is trusted before the name server is asked again. A new queue is read
-# from its first message whenever it shows up, so this only delays when it starts.
+# How long a topic's route is trusted before the name server is asked again. It delays when a new
+# queue starts being read (from where ``starts.first_seen_offsets`` says, so nothing is missed) and
+# when a queue hidden by a lower readQueueNums stops being planned (docs/offsets.md).
 ROUTE_REFRESH_S = 10.0
 # Answers to GET_TOPIC_STATS_INFO that mean "ask queue by queue": a proxy does not serve it, and
 # an ACL may allow the per-queue requests only.

@@ -243,10 +243,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         start_map, end_map = from_spark(start), from_spark(end)
-        # New queues, and queues that went backwards (their start is past their end), begin at
-        # their min offset; latestOffset has already applied the data-loss policy to the latter.
-        # Queues an operator reset start where the batch's end offsets say (they are in the offset log).
-        # Queues the batch is the first to read start where its end offsets say too.
+        # Queues an operator reset, and queues the batch is the first to read, start where the
+        # batch's end offsets say (they are in the offset log). Queues that went backwards (their
+        # start is past their end), and new queues of an offset log written before first starts
+        # were recorded, begin at their min offset; latestOffset applied the data-loss policy.
         given = {**starts_from_spark(end), **resets_from_spark(end)}
         renew = [q for q in end_map if q not in given and (q not in start_map or start_map[q] > end_map[q])]
         earliest = self.offsets.min_offsets(renew) if renew else {}
