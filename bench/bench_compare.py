@@ -10,6 +10,8 @@ messages of 1 KiB random bytes over 8 queues with the official Java producer, th
   c. ``spark.read.format("rocketmq")...load()`` written to the ``noop`` sink, local[2]
   c-narrow. the same with a user schema of the body and the offset columns only
   d. a ``Trigger.AvailableNow`` stream over the same data into the ``noop`` sink
+  p. a window of about 10% of the data by storeTimestamp, ``spark.read`` ... ``where`` into the
+     ``noop`` sink, with filter pushdown and without (pushdown_window.py)
 
 and once, with a stream running under the default trigger while the Java producer sends at a
 steady rate to another topic,
@@ -47,7 +49,7 @@ from common import ROOT, log
 sys.path.insert(0, str(ROOT))
 
 from dataset import (  # noqa: E402
-    BODY_SIZE, cluster_config, create_topic, planned_messages, produce_data, server_pids,
+    BODY_SIZE, cluster_config, create_topic, planned_messages, produce_data, server_pids, source_options,
     stop_leftover, wait_planned,
 )
 from integration.cluster import (  # noqa: E402
@@ -57,6 +59,7 @@ from readers import (  # noqa: E402
     NARROW_SCHEMA, java_consume, pool_warm, run_available_now, run_client, run_latency, run_spark_batch,
     start_spark,
 )
+from pushdown_window import PushdownCase  # noqa: E402
 from report import READERS, machine, ratios, render, summarize, target  # noqa: E402
 from sampling import CLIENT_POOL, SPARK_PYTHON, Phase, Sampler, descendants, proc_table, read_proc  # noqa: E402
 
@@ -74,6 +77,7 @@ DEFAULT_PULL_BATCH_SIZE = 32
 MEMORY_GROUPS: dict[str, str | None] = {"a": None, "b": CLIENT_POOL, "c": SPARK_PYTHON, "c-narrow": SPARK_PYTHON,
                                         "d": SPARK_PYTHON}
 LATENCY = "e"
+PUSHDOWN_NEEDS = "filter pushdown to Python sources needs PySpark 4.1 or later"
 
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
@@ -158,6 +162,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         run_spark_batch(spark, namesrv, warmup, pbs)
         run_spark_batch(spark, namesrv, warmup, pbs, NARROW_SCHEMA)
         run_available_now(spark, namesrv, warmup, pbs, checkpoints / "warmup")
+        warm_pushdown = _pushdown_case(spark, source_options(namesrv, warmup, pbs), WARMUP_MESSAGES)
+        if warm_pushdown is not None:  # the first pushed read plans in a cold process
+            warm_pushdown.run_once()
         # Warm, the same actions on a tiny topic show what each costs regardless of data.
         fixed = {"messages": WARMUP_MESSAGES,
                  "b": run_client(pool, namesrv, warmup, pbs)[1],
@@ -169,6 +176,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         java_wall: list[float] = []
         phases = {k: Phase() for k in [*READERS, LATENCY]}
         servers = server_pids(cluster)
+        pushdown = _pushdown_case(spark, source_options(namesrv, topic, pbs), messages)
         reads: dict[str, Callable[[int], tuple[int, float]]] = {
             "b": lambda _: run_client(pool, namesrv, topic, pbs),
             "c": lambda _: run_spark_batch(spark, namesrv, topic, pbs),
@@ -190,6 +198,9 @@ def main(argv: Iterable[str] | None = None) -> int:
                 _check(rows, messages, key)
                 runs[key].append((rows, seconds))
                 log(f"run {repeat}: {key}. {READERS[key]} {rows / seconds:,.0f} msg/s")
+            if pushdown is not None:
+                pushed_s, plain_s = pushdown.run_once()
+                log(f"run {repeat}: p. window with pushdown {pushed_s:.2f}s, without {plain_s:.2f}s")
 
         if args.profile is not None:
             profile(args.profile, pool, spark, namesrv, topic, pbs)
@@ -219,6 +230,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             "fixed_cost_seconds": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in fixed.items()},
             "ratios": ratio_table,
             "target": target(ratio_table),
+            "pushdown": {"skipped": PUSHDOWN_NEEDS} if pushdown is None else pushdown.report(),
             "latency": latency,
             "worker_memory": {k: phases[k].memory() for k, group in [*MEMORY_GROUPS.items(), (LATENCY, SPARK_PYTHON)]
                               if group is not None},
@@ -232,6 +244,19 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 0
     finally:
         _shutdown(pool, spark, cluster)
+
+
+def _pushdown_case(spark: Any, options: dict[str, str], messages: int) -> PushdownCase | None:
+    """p, where this PySpark can push filters to a Python source (4.1 and later)."""
+    from rocketmq_spark.source.spark_api import FILTER_PUSHDOWN
+
+    if not FILTER_PUSHDOWN:
+        log(f"p: skipped, {PUSHDOWN_NEEDS}")
+        return None
+    started = time.perf_counter()
+    case = PushdownCase(spark, options, messages)
+    log(f"p: window chosen in {time.perf_counter() - started:.1f}s")
+    return case
 
 
 def profile(out_dir: Path, pool: Any, spark: Any, namesrv: str, topic: str, pbs: int) -> None:

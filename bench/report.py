@@ -131,7 +131,7 @@ def _throughput(report: dict[str, Any]) -> list[str]:
     p = report["parameters"]
     t = report["throughput"]
     r = report["ratios"]
-    lines = [f"{'':10}{'reader':42}{'median':>9}{'best':>9}{'MiB/s':>7}{'x a':>7}{'x a best':>9}"
+    lines = [f"{'':10}{'reader (msg/s)':42}{'median':>9}{'best':>9}{'MiB/s':>7}{'x a':>7}{'x a best':>9}"
              "   runs (msg/s)"]
     for key, label in READERS.items():
         row = t[key]
@@ -145,13 +145,13 @@ def _throughput(report: dict[str, Any]) -> list[str]:
     goal = report["target"]
     fixed = report["fixed_cost_seconds"]
     return lines + [
-        f"{'':10}msg/s; median and best of the runs; x a: over a's median, and best over a's best",
+        f"{'':10}x a: median over a's median; x a best: best run over a's best run",
         f"{'':10}{NARROW} x {FULL}: median {r['median'][narrow]:.2f}, best {r['best'][narrow]:.2f}",
         f"{'':10}fixed cost, same actions on the {fixed['messages']:,}-message warm-up topic: "
         f"b {fixed['b']:.1f} s, c {fixed['c']:.1f} s, d {fixed['d']:.1f} s",
         "",
         f">>> target {goal['ratio']} >= {goal['at_least']:.2f} on {goal['on']}: {goal['ratio']} = "
-        f"{goal['value']:.3f}, {'met' if goal['met'] else 'NOT met'}",
+        f"{goal['value']:.3f} (on medians {r['median'][goal['ratio']]:.3f}), {'met' if goal['met'] else 'NOT met'}",
         "",
         "ratios, medians: " + "   ".join(f"{k} {v:.3f}" for k, v in r["median"].items()),
         "ratios, best:    " + "   ".join(f"{k} {v:.3f}" for k, v in r["best"].items()),
@@ -164,12 +164,13 @@ def _pushdown(case: dict[str, Any] | None) -> list[str]:
     if "skipped" in case:
         return ["", f"p. filter pushdown: skipped ({case['skipped']})"]
     window = case["window"]
-    lines = ["", f"p. spark.read ... where storeTimestamp between {window['from']} and {window['until']} -> noop "
-                 f"({window['rows'] / window['topic_rows']:.1%} of the topic), median of {len(case['with']['runs_seconds'])}"]
+    lines = ["", f"p. spark.read, where storeTimestamp between two times -> noop, local[2]: {window['rows']:,} rows, "
+                 f"{window['rows'] / window['topic_rows']:.1%} of the topic",
+             f"   window {window['from']} .. {window['until']}; seconds: median of {len(case['with']['runs_seconds'])}"]
     for key, label in (("with", "with pushdown"), ("without", "without")):
         row = case[key]
-        lines.append(f"   {label:16}rows returned {row['rows_returned']:>10,}   rows pulled {row['rows_pulled']:>10,}"
-                     f" ({row['pulled_from']})   {row['median_seconds']:>6.2f} s"
+        lines.append(f"   {label:15}{row['median_seconds']:>6.2f} s   rows returned {row['rows_returned']:>9,}"
+                     f"   rows pulled {row['rows_pulled']:>9,} ({row['pulled_from']})"
                      f"   runs {', '.join(f'{s:.2f}' for s in row['runs_seconds'])} s")
     lines.append(f"   speedup {case['speedup']:.2f}x (median without / median with), "
                  f"{case['pulled_share']:.1%} of the rows pulled")
