@@ -37,7 +37,10 @@ from typing import Any, TypeVar
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_compare import CPU_LABELS, SPARK_JVM, SPARK_PYTHON, Sampler, log, machine, stop_leftover  # noqa: E402
+from common import log  # noqa: E402
+from dataset import stop_leftover  # noqa: E402
+from report import machine  # noqa: E402
+from sampling import CPU_LABELS, SPARK_JVM, SPARK_PYTHON, Sampler  # noqa: E402
 from big_topic_spark import (  # noqa: E402
     CPU_SHOWN, KEY_COLUMNS, SHOWN_IN_ERRORS, SPARK_CONF, Ranges, batch_read, check_exactly_once, first_batch_and_idle,
     stream_options, stream_rows,
@@ -51,7 +54,7 @@ WORKDIR = ROOT / "integration" / "work" / "bench-big"
 RESULTS = ROOT / "bench" / "results" / "big_topic.json"
 BROKERS = len(BROKER_NAMES)
 TOPICS = 1  # the source reads one topic here; requests are reported per broker per topic
-BODY_SIZE = 1024  # random bytes, as in bench_compare.py
+BODY_SIZE = 1024  # random bytes, as in dataset.py
 TOOL_TIMEOUT_S = 600.0
 DISPATCH_TIMEOUT_S = 60.0  # consume queues trail the commit log by a moment after a send
 DISPATCH_POLL_S = 0.5

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench_compare import DRIVER, ROCKETMQ, SPARK_JVM, SPARK_PYTHON, Sampler
+from sampling import DRIVER, ROCKETMQ, SPARK_JVM, SPARK_PYTHON, Sampler
 
 # Queue key of a row: (brokerName, queueId); a row's identity adds its queueOffset.
 QueueKey = tuple[str, int]
