@@ -16,7 +16,10 @@ messages of 1 KiB random bytes over 8 queues with the official Java producer, th
 and once, with a stream running under the default trigger while the Java producer sends at a
 steady rate to another topic,
 
-  e. the latency from each row's storeTimestamp to the start of its foreachBatch call
+  e. the latency from each row's storeTimestamp to the start of its foreachBatch call, and the
+     stages of each micro-batch from Spark's progress reports (latency.py)
+  e-fs. the same with Spark's FileSystem-based checkpoint manager, which renames the checkpoint's
+     log files without running a process per rename
 
 plus the peak memory of the Python worker processes and the CPU time of every process group
 (brokers, Java tool, Spark JVM, Python workers). It prints a table and writes it as JSON to
@@ -56,9 +59,9 @@ from integration.cluster import (  # noqa: E402
     DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, Cluster, ClusterError,
 )
 from readers import (  # noqa: E402
-    NARROW_SCHEMA, java_consume, pool_warm, run_available_now, run_client, run_latency, run_spark_batch,
-    start_spark,
+    NARROW_SCHEMA, java_consume, pool_warm, run_available_now, run_client, run_spark_batch, start_spark,
 )
+from latency import file_system_checkpoint_manager, run_latency  # noqa: E402
 from pushdown_window import PushdownCase  # noqa: E402
 from report import READERS, machine, ratios, render, summarize, target  # noqa: E402
 from sampling import CLIENT_POOL, SPARK_PYTHON, Phase, Sampler, descendants, proc_table, read_proc  # noqa: E402
@@ -100,7 +103,7 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
                         help="keep the stores of an earlier run and reuse --topic as it is")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="after the repeats, profile one more run of b and of c with py-spy into DIR")
+                        help="after the repeats, profile one more run of b, c and d with py-spy into DIR")
     args = parser.parse_args(argv)
     args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
     if len(args.broker_ports) != len(DEFAULT_BROKER_PORTS):
@@ -149,7 +152,8 @@ def main(argv: Iterable[str] | None = None) -> int:
 
         warmup = f"bench-warmup-{stamp}"
         latency_topic = f"bench-latency-{stamp}"
-        for name in (warmup, latency_topic):
+        latency_fs_topic = f"bench-latency-fs-{stamp}"
+        for name in (warmup, latency_topic, latency_fs_topic):
             create_topic(cluster, name)
         produce_data(cluster, warmup, WARMUP_MESSAGES)
         wait_planned(namesrv, warmup, pbs, WARMUP_MESSAGES)
@@ -203,7 +207,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                 log(f"run {repeat}: p. window with pushdown {pushed_s:.2f}s, without {plain_s:.2f}s")
 
         if args.profile is not None:
-            profile(args.profile, pool, spark, namesrv, topic, pbs)
+            profile(args.profile, pool, spark, namesrv, topic, pbs, checkpoints)
 
         pool.close()
         pool.join()
@@ -213,6 +217,15 @@ def main(argv: Iterable[str] | None = None) -> int:
                               checkpoints / "latency", phases[LATENCY])
         log(f"e. latency p50 {latency['to_foreach_batch_ms']['p50']:.0f} ms, "
             f"p99 {latency['to_foreach_batch_ms']['p99']:.0f} ms")
+        manager = file_system_checkpoint_manager(spark)
+        latency_fs = None
+        if manager is None:
+            log("e-fs: skipped, this Spark has no FileSystem-based checkpoint manager")
+        else:
+            latency_fs = run_latency(spark, cluster, latency_fs_topic, args.rate, args.latency_seconds, pbs,
+                                     checkpoints / "latency-fs", None, checkpoint_manager=manager)
+            log(f"e-fs. latency p50 {latency_fs['to_foreach_batch_ms']['p50']:.0f} ms, "
+                f"p99 {latency_fs['to_foreach_batch_ms']['p99']:.0f} ms")
 
         throughput = {k: summarize(v) for k, v in runs.items()}
         throughput["a"]["tool_wall_seconds_with_jvm_start"] = [round(w, 2) for w in java_wall]
@@ -232,6 +245,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             "target": target(ratio_table),
             "pushdown": {"skipped": PUSHDOWN_NEEDS} if pushdown is None else pushdown.report(),
             "latency": latency,
+            "latency_fs_checkpoint": latency_fs,
             "worker_memory": {k: phases[k].memory() for k, group in [*MEMORY_GROUPS.items(), (LATENCY, SPARK_PYTHON)]
                               if group is not None},
             "cpu": {k: phases[k].cpu(latency["rows"] if k == LATENCY else messages) for k in phases},
@@ -259,18 +273,22 @@ def _pushdown_case(spark: Any, options: dict[str, str], messages: int) -> Pushdo
     return case
 
 
-def profile(out_dir: Path, pool: Any, spark: Any, namesrv: str, topic: str, pbs: int) -> None:
-    """One more run of b and of c under py-spy; see bench_profiling.py."""
+def profile(out_dir: Path, pool: Any, spark: Any, namesrv: str, topic: str, pbs: int, checkpoints: Path) -> None:
+    """One more run of b, c and d under py-spy; see bench_profiling.py."""
     from bench_profiling import Profiler
 
     with Profiler(out_dir, "b", [worker.pid for worker in pool._pool], follow_children=False) as profiler:
         run_client(pool, namesrv, topic, pbs)
     log("profile of b:\n" + profiler.summary())
+    # Spark's Python daemons fork the task workers, and the stream's reader process for d.
     daemons = [pid for pid in descendants(proc_table(), os.getpid())
                if b"pyspark.daemon" in (read_proc(f"/proc/{pid}/cmdline") or b"")]
     with Profiler(out_dir, "c", daemons, follow_children=True) as profiler:
         run_spark_batch(spark, namesrv, topic, pbs)
     log("profile of c:\n" + profiler.summary())
+    with Profiler(out_dir, "d", daemons, follow_children=True) as profiler:
+        run_available_now(spark, namesrv, topic, pbs, checkpoints / "profile")
+    log("profile of d:\n" + profiler.summary())
     log(f"profiles in {out_dir}")
 
 

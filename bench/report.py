@@ -109,7 +109,9 @@ def render(report: dict[str, Any]) -> str:
         "",
         *_throughput(report),
         *_pushdown(report.get("pushdown")),
-        *_latency(report["latency"], p["latency_seconds"]),
+        *_latency(report["latency"], p["latency_seconds"], "e", "stream, default trigger"),
+        *_latency(report.get("latency_fs_checkpoint"), p["latency_seconds"], "e-fs",
+                  "the same, Spark's FileSystem-based checkpoint manager"),
         "",
         f"{'peak memory of the Python processes':46}{'one (HWM)':>14}{'all (PSS)':>14}{'processes':>11}",
     ]
@@ -177,11 +179,14 @@ def _pushdown(case: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _latency(lat: dict[str, Any], seconds: int) -> list[str]:
+def _latency(lat: dict[str, Any] | None, seconds: int, name: str, title: str) -> list[str]:
+    if lat is None:
+        return ["", f"{name}. {title}: skipped (this Spark has no FileSystem-based checkpoint manager)"]
     kept_up = "" if lat["producer_kept_up"] else ": the producer fell behind"
+    stages = lat.get("stages_ms", {})
     return [
         "",
-        f"e. stream, default trigger; Java producer at {lat['rate_target']:,} msg/s for {seconds} s "
+        f"{name}. {title}; Java producer at {lat['rate_target']:,} msg/s for {seconds} s "
         f"(stored at {lat['rate_stored']:,} msg/s{kept_up})",
         f"   {lat['rows']:,} rows in {lat['micro_batches']} micro-batches "
         f"(median {lat['rows_per_batch_median']:,} rows, {lat['collect_seconds_median']} s to read one)",
@@ -189,6 +194,9 @@ def _latency(lat: dict[str, Any], seconds: int) -> list[str]:
         f"   p99 {lat['to_foreach_batch_ms']['p99']:>7,.0f} ms",
         f"   storeTimestamp -> its rows collected    p50 {lat['to_rows_collected_ms']['p50']:>7,.0f} ms"
         f"   p99 {lat['to_rows_collected_ms']['p99']:>7,.0f} ms",
+        "   a micro-batch's stages (ms)      " + "".join(f"{stage:>17}" for stage in stages),
+        f"   {'p50':33}" + "".join(f"{v['p50']:>17,.0f}" for v in stages.values()),
+        f"   {'p99':33}" + "".join(f"{v['p99']:>17,.0f}" for v in stages.values()),
     ]
 
 
