@@ -12,7 +12,8 @@ import ssl
 import threading
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
@@ -143,6 +144,13 @@ class RocketMQClient:
             with self._pull_pools_lock:
                 self._all_pull_pools.add(pool)
         return pool
+
+    @contextmanager
+    def pulls_together(self) -> Iterator[None]:
+        """Pulls this thread sends inside go out together at its end, one write per broker: fewer
+        system calls here, and fewer wake-ups of the broker, than a write per pull."""
+        with self._pull_pool().sending_together():
+            yield
 
     def __enter__(self) -> RocketMQClient:
         return self

@@ -139,6 +139,7 @@ class Connection:
         self._pending: dict[int, Pending] = {}
         self._opaque = itertools.count(1)
         self._failure: RocketMQError | None = None
+        self._held: list[bytes] | None = None  # frames submitted while sends are held
         self._buffer = bytearray(RECEIVE_CHUNK_BYTES)
         self._reader: threading.Thread | None = None
         if reader_thread:
@@ -196,13 +197,32 @@ class Connection:
             if self._failure is not None:
                 raise self._failure
             self._pending[opaque] = pending
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            self._send(frame)
+        return pending
+
+    def hold_sends(self) -> None:
+        """Keep the frames of the next submits until :meth:`release_sends`, which writes them at
+        once: one system call, and one wake-up of the server, for requests sent back to back. For
+        a connection one thread uses, which releases before it waits for any of them."""
+        if self._held is None:
+            self._held = []
+
+    def release_sends(self) -> None:
+        """Write the frames held since :meth:`hold_sends` and send the next ones at once again."""
+        frames, self._held = self._held, None
+        if frames:
+            self._send(b"".join(frames))
+
+    def _send(self, data: bytes) -> None:
         try:
             with self._send_lock:
-                self._sock.sendall(frame)
+                self._sock.sendall(data)
                 self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))
-        return pending
 
     def wait(self, pending: Pending) -> RemotingCommand:
         """The response to a submitted request, waiting until its deadline at most."""
