@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, Request, encode_frame
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
 from rocketmq_spark.remoting.tls_channel import TlsChannel
 
@@ -183,15 +183,14 @@ class Connection:
         except (OSError, ValueError):  # ValueError: the socket was closed meanwhile
             return True
 
-    def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+    def request(self, command: Request, timeout: float) -> RemotingCommand:
         """Send a request and wait up to ``timeout`` seconds for its response."""
         return self.wait(self.submit(command, timeout))
 
-    def submit(self, command: RemotingCommand, timeout: float) -> Pending:
+    def submit(self, command: Request, timeout: float) -> Pending:
         """Send a request without waiting; :meth:`wait` gets its response. Many may be in flight."""
         opaque = next(self._opaque) % _OPAQUE_LIMIT
-        command.opaque = opaque
-        frame = encode_frame(command)
+        frame = command.frame(opaque)
         pending = Pending(opaque, command.code, timeout)
         with self._state_lock:
             if self._failure is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import RemotingCommand, Request
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S, Connection, Pending
 from rocketmq_spark.remoting.errors import ProtocolError
 
@@ -98,11 +98,11 @@ class ConnectionPool:
         with self._lock:
             return self._opened.get(address, 0)
 
-    def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
+    def request(self, address: str, command: Request, timeout: float) -> RemotingCommand:
         """Send on the address's connection and wait for the response."""
         return self.submit(address, command, timeout).result()
 
-    def submit(self, address: str, command: RemotingCommand, timeout: float) -> Reply:
+    def submit(self, address: str, command: Request, timeout: float) -> Reply:
         """Send on the address's connection without waiting for the response."""
         conn = self.get(address)
         if self._holding is not None and conn not in self._holding:
