@@ -12,7 +12,8 @@ import ssl
 import threading
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
@@ -26,6 +27,7 @@ from rocketmq_spark.remoting.errors import (
 from rocketmq_spark.remoting.pool import ConnectionFactory, ConnectionPool, Reply
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
 from rocketmq_spark.remoting.signing import sign
+from rocketmq_spark.remoting.templates import PullTemplates
 from rocketmq_spark.remoting.tls import certificate_error, client_context
 
 __all__ = ["Boundary", "PendingPull", "PullResult", "PullStatus", "QueueOffsets", "RocketMQClient"]
@@ -95,6 +97,7 @@ class RocketMQClient:
         self._name_server_lock = threading.Lock()
         self._preferred_name_server = 0
         self._requests_sent = 0
+        self._pull_templates = PullTemplates()
 
     @property
     def requests_sent(self) -> int:
@@ -143,6 +146,13 @@ class RocketMQClient:
             with self._pull_pools_lock:
                 self._all_pull_pools.add(pool)
         return pool
+
+    @contextmanager
+    def pulls_together(self) -> Iterator[None]:
+        """Pulls this thread sends inside go out together at its end, one write per broker: fewer
+        system calls here, and fewer wake-ups of the broker, than a write per pull."""
+        with self._pull_pool().sending_together():
+            yield
 
     def __enter__(self) -> RocketMQClient:
         return self
@@ -296,9 +306,15 @@ class RocketMQClient:
         """Send a pull like :meth:`pull` and return at once; many can be in flight on one
         connection, each answered by ``result()``, which the sending thread must call: pulls go
         over connections of the calling thread that it reads itself."""
+        timeout = self.config.request_timeout + suspend_timeout_ms / 1000
+        if self.config.credentials is None:  # a signature covers every field: signed pulls are built whole
+            request = self._pull_templates.request(queue, offset, group=group, max_messages=max_messages,
+                                                   subscription=subscription, expression_type=expression_type,
+                                                   suspend_timeout_ms=suspend_timeout_ms)
+            self._requests_sent += 1
+            return PendingPull(self._pull_pool().submit(address, request, timeout), address)
         fields = calls.pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
                                    expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms)
-        timeout = self.config.request_timeout + suspend_timeout_ms / 1000
         reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
 

@@ -15,7 +15,7 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.errors import ProtocolError
@@ -66,6 +66,11 @@ class RemotingCommand:
     @property
     def is_oneway(self) -> bool:
         return bool(self.flag & codes.FLAG_ONEWAY)
+
+    def frame(self, opaque: int) -> bytes:
+        """The command's frame, sent with this correlation id."""
+        self.opaque = opaque
+        return encode_frame(self)
 
     @classmethod
     def request(
@@ -152,6 +157,14 @@ def encode_frame(cmd: RemotingCommand, *, serialize_type: int | None = None) -> 
             cmd.body,
         )
     )
+
+
+class Request(Protocol):
+    """What a connection sends: a request code and its frame for a given correlation id."""
+
+    code: int
+
+    def frame(self, opaque: int) -> bytes: ...
 
 
 # --------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, Request, encode_frame
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
 from rocketmq_spark.remoting.tls_channel import TlsChannel
 
@@ -139,6 +139,7 @@ class Connection:
         self._pending: dict[int, Pending] = {}
         self._opaque = itertools.count(1)
         self._failure: RocketMQError | None = None
+        self._held: list[bytes] | None = None  # frames submitted while sends are held
         self._buffer = bytearray(RECEIVE_CHUNK_BYTES)
         self._reader: threading.Thread | None = None
         if reader_thread:
@@ -182,27 +183,45 @@ class Connection:
         except (OSError, ValueError):  # ValueError: the socket was closed meanwhile
             return True
 
-    def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+    def request(self, command: Request, timeout: float) -> RemotingCommand:
         """Send a request and wait up to ``timeout`` seconds for its response."""
         return self.wait(self.submit(command, timeout))
 
-    def submit(self, command: RemotingCommand, timeout: float) -> Pending:
+    def submit(self, command: Request, timeout: float) -> Pending:
         """Send a request without waiting; :meth:`wait` gets its response. Many may be in flight."""
         opaque = next(self._opaque) % _OPAQUE_LIMIT
-        command.opaque = opaque
-        frame = encode_frame(command)
+        frame = command.frame(opaque)
         pending = Pending(opaque, command.code, timeout)
         with self._state_lock:
             if self._failure is not None:
                 raise self._failure
             self._pending[opaque] = pending
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            self._send(frame)
+        return pending
+
+    def hold_sends(self) -> None:
+        """Keep the frames of the next submits until :meth:`release_sends`, which writes them at
+        once: one system call, and one wake-up of the server, for requests sent back to back. For
+        a connection one thread uses, which releases before it waits for any of them."""
+        if self._held is None:
+            self._held = []
+
+    def release_sends(self) -> None:
+        """Write the frames held since :meth:`hold_sends` and send the next ones at once again."""
+        frames, self._held = self._held, None
+        if frames:
+            self._send(b"".join(frames))
+
+    def _send(self, data: bytes) -> None:
         try:
             with self._send_lock:
-                self._sock.sendall(frame)
+                self._sock.sendall(data)
                 self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))
-        return pending
 
     def wait(self, pending: Pending) -> RemotingCommand:
         """The response to a submitted request, waiting until its deadline at most."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import RemotingCommand, Request
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S, Connection, Pending
 from rocketmq_spark.remoting.errors import ProtocolError
 
@@ -60,6 +61,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self._opened: dict[str, int] = {}
+        self._holding: list[Connection] | None = None  # connections whose sends are held
 
     def get(self, address: str) -> Connection:
         idle: list[Connection] = []
@@ -96,14 +98,32 @@ class ConnectionPool:
         with self._lock:
             return self._opened.get(address, 0)
 
-    def request(self, address: str, command: RemotingCommand, timeout: float) -> RemotingCommand:
+    def request(self, address: str, command: Request, timeout: float) -> RemotingCommand:
         """Send on the address's connection and wait for the response."""
         return self.submit(address, command, timeout).result()
 
-    def submit(self, address: str, command: RemotingCommand, timeout: float) -> Reply:
+    def submit(self, address: str, command: Request, timeout: float) -> Reply:
         """Send on the address's connection without waiting for the response."""
         conn = self.get(address)
+        if self._holding is not None and conn not in self._holding:
+            conn.hold_sends()
+            self._holding.append(conn)
         return Reply(conn, conn.submit(command, timeout))
+
+    @contextmanager
+    def sending_together(self) -> Iterator[None]:
+        """Requests submitted inside go out at its end, one write per connection: for a pool that
+        one thread uses (a task's pulls), which sends several before it waits for any."""
+        if self._holding is not None:
+            yield  # already inside one
+            return
+        self._holding = []
+        try:
+            yield
+        finally:
+            held, self._holding = self._holding, None
+            for conn in held:
+                conn.release_sends()
 
     def close(self) -> None:
         with self._lock:

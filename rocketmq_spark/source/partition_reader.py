@@ -79,7 +79,8 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
             active.append(waiting.popleft())
-        _send(active)
+        with client.pulls_together():
+            _send(active)
         for read in active:
             found = read.receive()
             if found is not None:
@@ -95,7 +96,8 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
 
 
 def _send(active: list[_RangeRead]) -> None:
-    """Fill the task's window of pulls, a range at a time, so that every range gets its turn."""
+    """Fill the task's window of pulls, a range at a time, so that every range gets its turn (the
+    caller sends them together)."""
     in_flight = sum(len(read.sent) for read in active)
     progress = True
     while progress and in_flight < TASK_PULLS_IN_FLIGHT:

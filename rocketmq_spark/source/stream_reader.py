@@ -44,6 +44,11 @@ from rocketmq_spark.source.starts import first_seen_offsets, starting_offsets
 log = logging.getLogger(__name__)
 
 MS_PER_SECOND = 1000
+# How often a trigger that stores nothing compares the group's stored offsets with the stream's,
+# to find an operator's reset. A trigger that stores always compares first (its store would
+# overwrite a reset); an idle stream under the default trigger runs one every few milliseconds,
+# and on a big topic each comparison is a consume-stats answer of every queue per broker.
+IDLE_RESET_CHECK_MS = 1000
 
 
 def _now_ms() -> int:
@@ -75,6 +80,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_max: OffsetMap = {}  # each queue's max offset when last seen
         self._since_ms: int | None = None  # when the query started, if it started in this process
         self._last_batch_ms = _now_ms()
+        self._last_reset_check_ms: int | None = None  # when the stored offsets were last compared
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark ships the reader to executors for read(); connections stay on the driver.
@@ -169,7 +175,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _follow_resets(self, start: OffsetMap) -> OffsetMap:
         """Where the next batch starts the queues an operator reset (``onOffsetReset``)."""
-        self._find_resets()
+        self._find_resets(storing=any(self._stored.get(q) != o for q, o in start.items()))
         found, self._resets = self._resets, {}
         policy = self.options.on_offset_reset
         followed = resets.apply(policy, self.options.consumer_group or "", start, found)
@@ -191,8 +197,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._stored.pop(queue, None)
         return followed
 
-    def _find_resets(self) -> None:
-        """Add the resets brokers announced and the stored offsets someone else changed."""
+    def _find_resets(self, storing: bool) -> None:
+        """Add the resets brokers announced and the stored offsets someone else changed; those are
+        asked for before a trigger stores, and at most every ``IDLE_RESET_CHECK_MS`` otherwise."""
         if not self.options.commit_offsets:
             return
         self._forget_reconnected()
@@ -201,6 +208,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ours = {q: o for q, o in self._stored.items() if q not in self._resets}
         if not ours or (self._watch is not None and self._watch.shared):
             return  # another member's commits are not an operator's reset
+        now = _now_ms()
+        last = self._last_reset_check_ms
+        if not storing and last is not None and now - last < IDLE_RESET_CHECK_MS:
+            return
+        self._last_reset_check_ms = now
         group = self.options.consumer_group
         assert group is not None
         found = self.offsets.group_offsets(ours, group)

@@ -375,3 +375,67 @@ def test_close_waits_for_a_stuck_reader_thread_for_a_bounded_time(
     assert conn._reader is not None and conn._reader.is_alive()  # close() returned without it
     release.set()
     conn._reader.join()
+
+
+# ------------------------------------------------------------------ requests sent together
+
+# How long a test gives a request that should not have been sent to reach the server anyway.
+NOT_SENT_S = 0.2
+
+
+def test_held_requests_go_out_at_release_and_each_gets_its_own_answer(
+        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    """A task's pulls go out in one write: nothing before the release, every answer after it."""
+    seen: list[str] = []
+
+    def record(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
+        seen.append(req.ext_fields["n"])
+        return [answer(req, n=req.ext_fields["n"])]
+
+    conn = connect(serve(record), reader_thread)
+    conn.hold_sends()
+    pending = [conn.submit(request(n=str(i)), timeout=5.0) for i in range(3)]
+    time.sleep(NOT_SENT_S)
+    assert seen == []
+    conn.release_sends()
+    assert [conn.wait(p).ext_fields["n"] for p in pending] == ["0", "1", "2"]
+    assert seen == ["0", "1", "2"]
+    # Released, the next request goes out at once.
+    assert conn.request(request(n="3"), timeout=5.0).ext_fields["n"] == "3"
+    conn.close()
+
+
+def test_a_pool_sends_together_on_every_connection_it_used(serve: Callable[[Handler], ScriptedServer]) -> None:
+    """One write per broker for the pulls a task sends back to back, whichever brokers they go to."""
+    seen: list[str] = []
+
+    def record(req: RemotingCommand, _: list[RemotingCommand]) -> list[RemotingCommand]:
+        seen.append(req.ext_fields["n"])
+        return [answer(req, n=req.ext_fields["n"])]
+
+    first, second = serve(record), serve(record)
+    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False))
+    with pool.sending_together():
+        replies = [pool.submit(server.address, request(n=f"{name}{i}"), 5.0)
+                   for i in range(2) for name, server in (("a", first), ("b", second))]
+        time.sleep(NOT_SENT_S)
+        assert seen == []
+    assert sorted(reply.result().ext_fields["n"] for reply in replies) == ["a0", "a1", "b0", "b1"]
+    assert pool.request(first.address, request(n="after"), 5.0).ext_fields["n"] == "after"
+    pool.close()
+
+
+def test_held_requests_on_a_connection_that_failed_fail_instead_of_waiting(
+        serve: Callable[[Handler], ScriptedServer]) -> None:
+    """A connection lost before its held requests went out fails them at once, like a send that
+    failed: the caller's retry takes over, nobody waits for a timeout."""
+    conn = connect(serve(lambda req, _: [answer(req)]), reader_thread=False)
+    conn.hold_sends()
+    pending = conn.submit(request(), timeout=30.0)
+    conn._raw_sock.shutdown(socket.SHUT_RDWR)  # the network drops it before the release
+    conn.release_sends()
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailedError):
+        conn.wait(pending)
+    assert time.monotonic() - started < NOT_SENT_S * 10
+    conn.close()

@@ -12,6 +12,8 @@ import logging
 import re
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -133,14 +135,39 @@ class FakePending:
         return self.queue.answer(*self.request)
 
 
-class FakeClient:
+class HeldPulls:
+    """``pulls_together`` as the real client has it, checked: pulls sent inside go out only at its
+    end, so waiting for one inside would wait for ever."""
+
+    holding = False
+
+    @contextmanager
+    def pulls_together(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+
+    def checked(self, pending: Any) -> Any:
+        held = self
+
+        class Checked:
+            def result(self) -> PullResult:
+                assert not held.holding, "a pull was waited for before the pulls held with it were sent"
+                return pending.result()
+
+        return Checked()
+
+
+class FakeClient(HeldPulls):
     """The client calls the reader makes, answered by the test's fake queue."""
 
     def __init__(self, holder: list[FakeQueue]) -> None:
         self.holder = holder
 
     def pull_async(self, *args: Any, **kwargs: Any) -> FakePending:
-        return self.holder[0].pull_async(*args, **kwargs)
+        return self.checked(self.holder[0].pull_async(*args, **kwargs))
 
     def pull(self, *args: Any, **kwargs: Any) -> PullResult:
         return self.holder[0].pull_async(*args, **kwargs).result()
@@ -514,7 +541,7 @@ def test_a_body_decompressing_past_max_body_bytes_fails_the_read(broker: list[Fa
 # ------------------------------------------------------------- several ranges
 
 
-class QueuesClient:
+class QueuesClient(HeldPulls):
     """Answers each pull from the fake queue of the queue it names."""
 
     def __init__(self, queues: dict[MessageQueue, FakeQueue]) -> None:
@@ -533,7 +560,7 @@ class QueuesClient:
                 client.active -= 1
                 return pending.result()
 
-        return Counted()
+        return self.checked(Counted())
 
     def max_offset(self, address: str, queue: MessageQueue) -> int:
         return self.queues[queue].max_offset

@@ -23,7 +23,8 @@ from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
-from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+from rocketmq_spark.source import stream_reader
+from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.members import MEMBERSHIP_CODES, FakeMembers
 
 BROKERS = 4
@@ -197,13 +198,22 @@ def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
     assert counts[0] == counts[1]
 
 
-def test_without_topic_stats_an_idle_trigger_asks_only_for_stored_and_max_offsets() -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The stream reader's clock, in epoch ms, moved by the test."""
+    now = [1_700_000_000_000]
+    monkeypatch.setattr(stream_reader, "_now_ms", lambda: now[0])
+    return now
+
+
+def test_without_topic_stats_an_idle_trigger_asks_only_for_stored_and_max_offsets(clock: list[int]) -> None:
     """A 5.x proxy serves no per-topic answer: one request per queue for the group's stored
     offsets and one for its max offset, but no min offsets where nothing can have been lost, each
     kind back to back."""
     brokers = FakeBrokers(64, topic_stats=False)
     reader, end = started(brokers)
     idle_trigger(reader, end, brokers)  # the first check of stored offsets learns the proxy has no consume stats
+    clock[0] += IDLE_RESET_CHECK_MS
     rounds = brokers.rounds
     sent = idle_trigger(reader, end, brokers)
     queues = BROKERS * 64 * len(TOPICS)
@@ -211,6 +221,31 @@ def test_without_topic_stats_an_idle_trigger_asks_only_for_stored_and_max_offset
     assert brokers.rounds - rounds == 2
     assert RequestCode.GET_TOPIC_STATS_INFO not in sent  # not asked again once refused
     assert RequestCode.GET_CONSUME_STATS not in sent
+
+
+def test_idle_triggers_look_for_resets_once_a_second_and_a_trigger_that_stores_always_first(clock: list[int]) -> None:
+    """An idle stream under the default trigger calls latestOffset every few milliseconds: it asks
+    what is new each time, but for the group's stored offsets (an operator's reset) only every
+    IDLE_RESET_CHECK_MS. A trigger that stores asks first, however soon: its store would
+    overwrite a reset."""
+    brokers = FakeBrokers(16)
+    reader, end = started(brokers)
+    per_topic = BROKERS * len(TOPICS)
+    compared = [RequestCode.GET_CONSUME_STATS] * per_topic
+    asked = [RequestCode.GET_TOPIC_STATS_INFO] * per_topic
+    assert idle_trigger(reader, end, brokers) == compared + asked
+    clock[0] += IDLE_RESET_CHECK_MS - 1
+    assert idle_trigger(reader, end, brokers) == asked
+    clock[0] += 1
+    assert idle_trigger(reader, end, brokers) == compared + asked
+    for queue in brokers.max:
+        brokers.max[queue] += 5
+    later = reader.latestOffset(end, ReadAllAvailable())  # plans a batch; its start is stored already
+    before = len(brokers.sent)
+    reader.latestOffset(later, ReadAllAvailable())  # the batch ran: its end is stored now
+    sent = brokers.sent[before:]
+    assert sent[:per_topic] == compared
+    assert sent[per_topic:per_topic + len(brokers.max)] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
 
 
 def test_a_commit_is_one_round_of_requests() -> None:

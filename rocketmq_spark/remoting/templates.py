@@ -1,0 +1,93 @@
+"""Requests rendered from a template: a header encoded once, with a few integers filled in per
+request. A task sends one pull per 32 messages, all alike but for offset and count, and encoding
+each one's JSON header afresh was a tenth of its Python time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting import calls, codes
+from rocketmq_spark.remoting.codec import (
+    _INT32, _JSON_ENCODER, _LENGTH_FIELD_SIZE, _SERIALIZE_TYPE_NAMES, _SERIALIZE_TYPE_SHIFT, _UINT32, _java_string,
+)
+
+# Pull templates a client keeps (one per queue range it reads); past this many it starts again.
+PULL_TEMPLATES_KEPT = 4096
+_PULL_OPEN_FIELDS = ("queueOffset", "maxMsgNums")
+
+
+class RequestTemplate:
+    """Requests of one code whose header fields are all the same but a few integers, rendered
+    once: each request fills in only those and its opaque. A range's pulls differ only in offset
+    and count, and the JSON encoder's pass over a dozen fields was a tenth of a task's Python time.
+
+    A frame decodes to the same command as ``encode_frame``'s for the same fields (the open fields
+    come last among the extFields); requests with a body or a signature are not made this way.
+    """
+
+    __slots__ = ("code", "_format")
+
+    def __init__(self, code: int, fields: Mapping[str, object], open_fields: Sequence[str]) -> None:
+        self.code = code
+        fixed = {key: _java_string(value) for key, value in fields.items()
+                 if value is not None and key not in open_fields}
+        encode = _JSON_ENCODER.encode
+        ext = [encode(fixed)[1:-1].replace("%", "%%")] if fixed else []
+        ext += [f"{encode(name).replace('%', '%%')}:\"%d\"" for name in open_fields]
+        self._format = (
+            f'{{"code":{code},"language":{encode(codes.LANGUAGE_PYTHON)},"version":{codes.PROTOCOL_VERSION},'
+            f'"opaque":%d,"flag":0,"extFields":{{{",".join(ext)}}},'
+            f'"serializeTypeCurrentRPC":{encode(_SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON])}}}'
+        )
+
+    def request(self, *values: int) -> TemplatedRequest:
+        """The request with the open fields set to ``values``, in the template's order."""
+        return TemplatedRequest(self, values)
+
+    def render(self, opaque: int, values: tuple[int, ...]) -> bytes:
+        header = (self._format % (opaque, *values)).encode("utf-8")
+        return b"".join((
+            _INT32.pack(_LENGTH_FIELD_SIZE + len(header)),
+            _UINT32.pack(codes.SERIALIZE_JSON << _SERIALIZE_TYPE_SHIFT | len(header)),
+            header,
+        ))
+
+
+class TemplatedRequest:
+    """One request of a :class:`RequestTemplate`."""
+
+    __slots__ = ("code", "_template", "_values")
+
+    def __init__(self, template: RequestTemplate, values: tuple[int, ...]) -> None:
+        for value in values:
+            if type(value) is not int:
+                raise TypeError(f"an open header field takes an int, not {value!r}")
+        self.code = template.code
+        self._template = template
+        self._values = values
+
+    def frame(self, opaque: int) -> bytes:
+        return self._template.render(opaque, self._values)
+
+
+class PullTemplates:
+    """The pull template of each queue, group and subscription a client pulls."""
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[object, ...], RequestTemplate] = {}
+
+    def request(self, queue: MessageQueue, offset: int, *, group: str, max_messages: int, subscription: str,
+                expression_type: str, suspend_timeout_ms: int) -> TemplatedRequest:
+        """The pull ``calls.pull_fields`` describes, from its template."""
+        key = (queue, group, subscription, expression_type, suspend_timeout_ms)
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= PULL_TEMPLATES_KEPT:
+                self._templates.clear()
+            fields = calls.pull_fields(queue, 0, group=group, max_messages=0, subscription=subscription,
+                                       expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms)
+            template = self._templates[key] = RequestTemplate(codes.RequestCode.PULL_MESSAGE, fields,
+                                                              _PULL_OPEN_FIELDS)
+        return template.request(offset, max_messages)
