@@ -29,7 +29,7 @@ from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.broker_requests import BrokerRequests
-from rocketmq_spark.source.next_batch import BrokerFacts, next_batch
+from rocketmq_spark.source.next_batch import BrokerFacts, NextBatch, next_batch
 from rocketmq_spark.source.offsets import (
     OffsetMap, from_spark, has_metadata, resets_from_spark, starts_from_spark, to_spark,
 )
@@ -44,10 +44,10 @@ from rocketmq_spark.source.starts import first_seen_offsets, starting_offsets
 log = logging.getLogger(__name__)
 
 MS_PER_SECOND = 1000
-# How often a trigger that stores nothing compares the group's stored offsets with the stream's,
-# to find an operator's reset. A trigger that stores always compares first (its store would
-# overwrite a reset); an idle stream under the default trigger runs one every few milliseconds,
-# and on a big topic each comparison is a consume-stats answer of every queue per broker.
+# How often a trigger that neither stores nor plans a batch compares the group's stored offsets
+# with the stream's, to find an operator's reset (one that stores or plans always compares first).
+# An idle stream under the default trigger runs one every few milliseconds, and on a big topic
+# each comparison is a consume-stats answer of every queue per broker.
 IDLE_RESET_CHECK_MS = 1000
 
 
@@ -135,15 +135,22 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map = from_spark(start)
         routes = self.offsets.queues(missing_ok=True)
         self._group()  # before anything is stored: a shared group may be an error
-        followed = self._follow_resets(start_map)
-        self._starting_at_reset = followed
+        # Look for an operator's reset before storing (the store would overwrite it) and before
+        # planning a batch; a trigger that does neither looks every IDLE_RESET_CHECK_MS.
+        look = any(self._stored.get(q) != o for q, o in start_map.items()) or self._reset_check_due()
+        followed = self._follow_resets(start_map, look)
         # The batch that ended at start is in Spark's commit log; a followed reset is stored instead.
         self._store({q: o for q, o in start_map.items() if q not in followed})
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
         limited = not isinstance(limit, ReadAllAvailable)
-        batch = next_batch(start_map, followed, self._ask_brokers(routes, {**start_map, **followed}),
-                           max_rows=self.options.max_messages_per_trigger if limited else None,
-                           fail_on_data_loss=self.options.fail_on_data_loss)
+        batch = self._plan(start_map, followed, routes, limited)
+        if not look and (batch.first or batch.ends != start_map):
+            found = self._follow_resets(start_map, look=True)
+            self._store({q: o for q, o in start_map.items() if q not in found})  # an ignored reset is overwritten
+            if found:
+                followed = {**followed, **found}
+                batch = self._plan(start_map, followed, routes, limited)
+        self._starting_at_reset = followed
         if limited and self._waiting_for_more(batch.available):
             self._held = followed  # the batch that runs when enough is there starts there
             return start
@@ -152,6 +159,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not followed and not batch.first and has_metadata(start) and batch.ends == start_map:
             return start  # no new batch: the last one's resets and first starts are not new either
         return to_spark(batch.ends, {q: o for q, o in followed.items() if q in batch.ends}, batch.first)
+
+    def _plan(self, start: OffsetMap, followed: OffsetMap, routes: Mapping[MessageQueue, str],
+              limited: bool) -> NextBatch:
+        return next_batch(start, followed, self._ask_brokers(routes, {**start, **followed}),
+                          max_rows=self.options.max_messages_per_trigger if limited else None,
+                          fail_on_data_loss=self.options.fail_on_data_loss)
 
     def _ask_brokers(self, routes: Mapping[MessageQueue, str], begins: OffsetMap) -> BrokerFacts:
         """What the next batch is planned from: each readable queue's offsets, the queues held for
@@ -173,9 +186,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
         return BrokerFacts(latest, earliest, frozenset(away | drained), first, self._target)
 
-    def _follow_resets(self, start: OffsetMap) -> OffsetMap:
-        """Where the next batch starts the queues an operator reset (``onOffsetReset``)."""
-        self._find_resets(storing=any(self._stored.get(q) != o for q, o in start.items()))
+    def _follow_resets(self, start: OffsetMap, look: bool) -> OffsetMap:
+        """Where the next batch starts the queues an operator reset (``onOffsetReset``); ``look``:
+        compare the group's stored offsets with the stream's (announced resets are taken anyway)."""
+        self._find_resets(look)
         found, self._resets = self._resets, {}
         policy = self.options.on_offset_reset
         followed = resets.apply(policy, self.options.consumer_group or "", start, found)
@@ -197,22 +211,22 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._stored.pop(queue, None)
         return followed
 
-    def _find_resets(self, storing: bool) -> None:
-        """Add the resets brokers announced and the stored offsets someone else changed; those are
-        asked for before a trigger stores, and at most every ``IDLE_RESET_CHECK_MS`` otherwise."""
+    def _reset_check_due(self) -> bool:
+        last = self._last_reset_check_ms
+        return last is None or _now_ms() - last >= IDLE_RESET_CHECK_MS
+
+    def _find_resets(self, look: bool) -> None:
+        """Add the resets brokers announced and, if ``look``, the stored offsets someone else
+        changed."""
         if not self.options.commit_offsets:
             return
         self._forget_reconnected()
         if self._inbox is not None:
             self._resets.update(self._inbox.take())
         ours = {q: o for q, o in self._stored.items() if q not in self._resets}
-        if not ours or (self._watch is not None and self._watch.shared):
+        if not look or not ours or (self._watch is not None and self._watch.shared):
             return  # another member's commits are not an operator's reset
-        now = _now_ms()
-        last = self._last_reset_check_ms
-        if not storing and last is not None and now - last < IDLE_RESET_CHECK_MS:
-            return
-        self._last_reset_check_ms = now
+        self._last_reset_check_ms = _now_ms()
         group = self.options.consumer_group
         assert group is not None
         found = self.offsets.group_offsets(ours, group)

@@ -21,7 +21,8 @@ from rocketmq_spark.source.group import HEARTBEAT_INTERVAL_S
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
 from rocketmq_spark.source.options import OnOffsetReset
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
-from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+from rocketmq_spark.source import stream_reader
+from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.unit.test_readers import A0, A1, TOPIC, FakeOffsets, ranges, spark, stream
 
 CAUGHT_UP = 50
@@ -216,3 +217,42 @@ def test_the_group_s_heartbeats_keep_the_driver_s_broker_connections_from_going_
     back from a crash (no reset looked for there). A committing stream's heartbeats use the same
     connections, so they must come more often than that limit, whatever the trigger interval."""
     assert HEARTBEAT_INTERVAL_S < CONNECTION_MAX_IDLE_S
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The stream reader's clock, in epoch ms, moved by the test."""
+    now = [1_700_000_000_000]
+    monkeypatch.setattr(stream_reader, "_now_ms", lambda: now[0])
+    return now
+
+
+class Counted(FakeOffsets):
+    """Counts the comparisons of the group's stored offsets."""
+
+    compared = 0
+
+    def group_offsets(self, queues: Any, group: str) -> dict[MessageQueue, int]:
+        self.compared += 1
+        return super().group_offsets(queues, group)
+
+
+def test_a_reset_made_while_idle_is_followed_by_the_next_batch_however_soon_it_comes(clock: list[int]) -> None:
+    """An idle trigger compares the stored offsets once per IDLE_RESET_CHECK_MS; the trigger that
+    plans a batch compares anyway, so the batch starts at a reset made since the last comparison."""
+    fake = Counted({A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake)
+    start = spark({A0: CAUGHT_UP, A1: CAUGHT_UP})
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # stores where it stands
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # idle: compares, finds nothing
+    compared = fake.compared
+    clock[0] += IDLE_RESET_CHECK_MS - 1
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # idle, too soon to compare again
+    assert fake.compared == compared
+    fake.stored[A0] = 25  # the operator's reset, as a 5.x broker stores it
+    fake.ranges = {A0: (0, END), A1: (0, END)}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert fake.compared == compared + 1
+    assert resets_from_spark(end) == {A0: 25}
+    assert ranges(reader.partitions(start, end)) == [(A0, 25, END), (A1, CAUGHT_UP, END)]
+    assert fake.stored == {A0: 25, A1: CAUGHT_UP}
