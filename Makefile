@@ -103,9 +103,9 @@ demo: $(INSTALLED) $(RMQ_CLASSPATH)
 # The connector against RocketMQ's official Java client on 1,000,000 messages, then a topic of
 # 2 x 512 queues with 10 messages each (idle triggers, one micro-batch, spark.read, driver
 # requests), each on a RocketMQ of its own (integration/work/bench and bench-big, default ports;
-# stopped at the end, also on failure). About 11 minutes: 7 for the comparison (of which about 2
-# for the five-column spark.read and the storeTimestamp window with and without pushdown), 4 for
-# the big topic. A quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10"
+# stopped at the end, also on failure). About 9 minutes on a quiet 2-core machine: 6 for the
+# comparison (with the five-column spark.read, the storeTimestamp window with and without
+# pushdown, and two 30 s latency runs), 3 for the big topic. A quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10"
 # BIG_BENCH_ARGS="--queues-per-broker 128".
 bench: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
