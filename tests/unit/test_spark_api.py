@@ -26,7 +26,7 @@ from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.offsets import from_spark, to_spark
 from rocketmq_spark.source.schema import ARROW_SCHEMA, SCHEMA
 from rocketmq_spark.source.spark_api import (
-    ADMISSION_CONTROL, PlainStreamReader, ReadAllAvailable, ReadLimit, ReadMaxRows, for_this_spark,
+    ADMISSION_CONTROL, PlainStreamReader, ReadLimit, ReadMaxRows, for_this_spark,
 )
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.unit.test_readers import A0, A1, B0, FakeOffsets, ranges, stream
