@@ -146,17 +146,16 @@ def encode_frame(cmd: RemotingCommand, *, serialize_type: int | None = None) -> 
         header = _encode_binary_header(cmd)
     else:
         raise ValueError(f"unknown serialize type {kind}")
+    return assemble_frame(kind, header, cmd.body)
+
+
+def assemble_frame(kind: int, header: bytes, body: bytes = b"") -> bytes:
+    """A frame of an encoded header of serialize type ``kind`` and a body, with the leading total
+    length: what every request, however its header was made, goes out as."""
     if len(header) > _HEADER_LENGTH_MASK:
         raise ValueError(f"header of {len(header)} bytes exceeds the 24-bit length field")
-    total = _LENGTH_FIELD_SIZE + len(header) + len(cmd.body)
-    return b"".join(
-        (
-            _INT32.pack(total),
-            _UINT32.pack(kind << _SERIALIZE_TYPE_SHIFT | len(header)),
-            header,
-            cmd.body,
-        )
-    )
+    total = _LENGTH_FIELD_SIZE + len(header) + len(body)
+    return b"".join((_INT32.pack(total), _UINT32.pack(kind << _SERIALIZE_TYPE_SHIFT | len(header)), header, body))
 
 
 class Request(Protocol):

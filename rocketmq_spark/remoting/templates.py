@@ -9,9 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls, codes
-from rocketmq_spark.remoting.codec import (
-    _INT32, _JSON_ENCODER, _LENGTH_FIELD_SIZE, _SERIALIZE_TYPE_NAMES, _SERIALIZE_TYPE_SHIFT, _UINT32, _java_string,
-)
+from rocketmq_spark.remoting.codec import _JSON_ENCODER, _SERIALIZE_TYPE_NAMES, _java_string, assemble_frame
 
 # Pull templates a client keeps (one per queue range it reads); past this many it starts again.
 PULL_TEMPLATES_KEPT = 4096
@@ -47,12 +45,7 @@ class RequestTemplate:
         return TemplatedRequest(self, values)
 
     def render(self, opaque: int, values: tuple[int, ...]) -> bytes:
-        header = (self._format % (opaque, *values)).encode("utf-8")
-        return b"".join((
-            _INT32.pack(_LENGTH_FIELD_SIZE + len(header)),
-            _UINT32.pack(codes.SERIALIZE_JSON << _SERIALIZE_TYPE_SHIFT | len(header)),
-            header,
-        ))
+        return assemble_frame(codes.SERIALIZE_JSON, (self._format % (opaque, *values)).encode("utf-8"))
 
 
 class TemplatedRequest:

@@ -145,6 +145,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limited = not isinstance(limit, ReadAllAvailable)
         batch = self._plan(start_map, followed, routes, limited)
         if not look and (batch.first or batch.ends != start_map):
+            # New messages on a trigger that did not look: look now, and plan again from a reset.
             found = self._follow_resets(start_map, look=True)
             self._store({q: o for q, o in start_map.items() if q not in found})  # an ignored reset is overwritten
             if found:
