@@ -33,10 +33,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from rocketmq_spark.model import MS_PER_SECOND
+
 CHUNK_BYTES = 64 * 1024
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
-MS_PER_SECOND = 1000
 # SO_LINGER on, with a zero timeout: close() then sends RST instead of FIN.
 RST_LINGER = struct.pack("ii", 1, 0)
 

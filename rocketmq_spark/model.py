@@ -6,8 +6,10 @@ describe a client without importing the network code.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+MS_PER_SECOND = 1000
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 # Longest wait for a TCP connect and TLS handshake, as in RocketMQ's Java client: a server that
 # is up accepts in milliseconds, and an address that drops packets fails in seconds, not at the
@@ -17,6 +19,11 @@ MAX_CONNECT_TIMEOUT_S = 3.0
 SUBSCRIBE_ALL = "*"
 EXPRESSION_TAG = "TAG"
 EXPRESSION_SQL92 = "SQL92"
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds, as RocketMQ stamps messages and offsets."""
+    return int(time.time() * MS_PER_SECOND)
 
 
 @dataclass(frozen=True, order=True)

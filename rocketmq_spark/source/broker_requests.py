@@ -9,11 +9,10 @@ and, per queue, its stored offset and the batch it reads, as a Java pull consume
 from __future__ import annotations
 
 import logging
-import time
 from importlib import metadata
 from collections.abc import Callable, Mapping
 
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting import client_requests
 from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.remoting.codec import RemotingCommand
@@ -25,7 +24,6 @@ from rocketmq_spark.source.resets import ResetInbox
 
 log = logging.getLogger(__name__)
 
-MS_PER_SECOND = 1000
 # The Java client's names of its running-info properties, and what this source adds to them.
 PROP_NAMESERVER_ADDR = "PROP_NAMESERVER_ADDR"
 PROP_CONSUME_TYPE = "PROP_CONSUME_TYPE"
@@ -60,7 +58,7 @@ class BrokerRequests:
         self._properties = {
             PROP_NAMESERVER_ADDR: ";".join(options.client.name_servers), PROP_CONSUME_TYPE: CONSUME_ACTIVELY,
             PROP_CONSUME_ORDERLY: "false", PROP_CLIENT_VERSION: CLIENT_VERSION_NAME,
-            PROP_CONSUMER_START_TIMESTAMP: str(int(time.time() * MS_PER_SECOND)), PROP_SOURCE: _installed_version(),
+            PROP_CONSUMER_START_TIMESTAMP: str(now_ms()), PROP_SOURCE: _installed_version(),
         }
 
     def __call__(self, request: RemotingCommand) -> RemotingCommand | None:

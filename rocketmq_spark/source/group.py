@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from rocketmq_spark.model import now_ms
 from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.errors import ConfigurationError, RocketMQError
@@ -48,7 +48,6 @@ HEARTBEAT_INTERVAL_S = 30.0
 SOURCE_CLIENT_MARK = "@rocketmq-spark-"
 # How long stop() waits for a round in progress before leaving the group all the same.
 STOP_WAIT_S = 5.0
-MS_PER_SECOND = 1000
 _LOOPBACK = "127.0.0.1"
 _ANY_PORT = 9
 
@@ -122,7 +121,7 @@ class GroupWatch:
         self.subscriptions = [Subscription(topic, options.sub_expression, options.expression_type, tags)
                                for topic in options.topics]
         self._consume_from_where = options.consume_from_where.value
-        self.sub_version = int(time.time() * MS_PER_SECOND)
+        self.sub_version = now_ms()
         self._registered: set[str] = set()  # addresses where the last heartbeat was accepted
         self._reported: frozenset[str] = frozenset()
         self._error: ConfigurationError | None = None

@@ -9,14 +9,15 @@ made by the readers when they first resolve offsets.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
-    EXPRESSION_SQL92, EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers, parse_tag_expression,
+    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers,
+    parse_tag_expression,
 )
+from rocketmq_spark import model
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
@@ -79,7 +80,6 @@ DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
 ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
 ROCKETMQ_TIMESTAMP_DIGITS = 14
-MS_PER_SECOND = 1000
 MAX_PORT = 65535
 
 # What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
@@ -234,7 +234,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
     rule is checked but those of one kind only (a stream's group, a batch's ending options).
     """
-    now = int(time.time() * MS_PER_SECOND) if now_ms is None else now_ms
+    now = model.now_ms() if now_ms is None else now_ms
     reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED)
     name_servers = parse_name_servers(reader.required(
         NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))

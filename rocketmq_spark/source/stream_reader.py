@@ -15,14 +15,13 @@ next batch by ``onOffsetReset``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.source.group import GroupWatch
@@ -43,16 +42,11 @@ from rocketmq_spark.source.starts import first_seen_offsets, starting_offsets
 
 log = logging.getLogger(__name__)
 
-MS_PER_SECOND = 1000
 # How often a trigger that neither stores nor plans a batch compares the group's stored offsets
 # with the stream's, to find an operator's reset (one that stores or plans always compares first).
 # An idle stream under the default trigger runs one every few milliseconds, and on a big topic
 # each comparison is a consume-stats answer of every queue per broker.
 IDLE_RESET_CHECK_MS = 1000
-
-
-def _now_ms() -> int:
-    return int(time.time() * MS_PER_SECOND)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -79,7 +73,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._hidden: frozenset[MessageQueue] = frozenset()  # drained queues that left the routes
         self._last_max: OffsetMap = {}  # each queue's max offset when last seen
         self._since_ms: int | None = None  # when the query started, if it started in this process
-        self._last_batch_ms = _now_ms()
+        self._last_batch_ms = now_ms()
         self._last_reset_check_ms: int | None = None  # when the stored offsets were last compared
 
     def __getstate__(self) -> dict[str, Any]:
@@ -114,7 +108,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch.check()
 
     def initialOffset(self) -> dict:
-        self._since_ms = _now_ms()
+        self._since_ms = now_ms()
         queues = self.offsets.queues()
         self._group()
         return to_spark(starting_offsets(self.options, queues, self.offsets))
@@ -156,7 +150,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._held = followed  # the batch that runs when enough is there starts there
             return start
         if batch.available:
-            self._last_batch_ms = _now_ms()
+            self._last_batch_ms = now_ms()
         if not followed and not batch.first and has_metadata(start) and batch.ends == start_map:
             return start  # no new batch: the last one's resets and first starts are not new either
         return to_spark(batch.ends, {q: o for q, o in followed.items() if q in batch.ends}, batch.first)
@@ -214,7 +208,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _reset_check_due(self) -> bool:
         last = self._last_reset_check_ms
-        return last is None or _now_ms() - last >= IDLE_RESET_CHECK_MS
+        return last is None or now_ms() - last >= IDLE_RESET_CHECK_MS
 
     def _find_resets(self, look: bool) -> None:
         """Add the resets brokers announced and, if ``look``, the stored offsets someone else
@@ -227,7 +221,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ours = {q: o for q, o in self._stored.items() if q not in self._resets}
         if not look or not ours or (self._watch is not None and self._watch.shared):
             return  # another member's commits are not an operator's reset
-        self._last_reset_check_ms = _now_ms()
+        self._last_reset_check_ms = now_ms()
         group = self.options.consumer_group
         assert group is not None
         found = self.offsets.group_offsets(ours, group)
@@ -261,7 +255,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = self.options.min_messages_per_trigger
         if wanted is None or self._target is not None or available >= wanted:
             return False
-        return _now_ms() - self._last_batch_ms < self.options.max_trigger_delay_ms
+        return now_ms() - self._last_batch_ms < self.options.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
         return to_spark(self._latest) if self._latest else None
