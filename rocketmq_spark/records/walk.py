@@ -11,7 +11,7 @@ for what repeats across records. The Spark reader uses it only for the pulls the
 from __future__ import annotations
 
 import struct
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, itemgetter
 from typing import NamedTuple
 
@@ -75,7 +75,7 @@ class Walked(NamedTuple):
     def join(parts: list[Walked]) -> Walked:
         if len(parts) == 1:
             return parts[0]
-        return Walked(*(sum(column, []) for column in zip(*parts)))
+        return Walked(*(list(chain.from_iterable(column)) for column in zip(*parts)))
 
     def offset_msg_ids(self) -> list[str]:
         """Java's offsetMsgId: hex of store ip and port, then of the commitlog offset; the
