@@ -264,7 +264,8 @@ class PullStatus(enum.Enum):
     RETRY_IMMEDIATELY = "RETRY_IMMEDIATELY"
 
 
-PULL_STATUS_BY_CODE = {
+# Keyed by int: a response carries its code as the number the broker sent.
+PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.RETRY_IMMEDIATELY,
