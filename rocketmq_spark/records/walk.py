@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from itertools import chain, repeat
 from operator import add, itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from rocketmq_spark.records import layout
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
@@ -142,9 +142,10 @@ def _unwrap(
     with queue offsets ``outer + i``, and have their own flag, body and
     properties.
     """
-    batch = outer[_BODY]
+    # A Row indexed by a computed position is any of its fields' types to mypy.
+    batch = cast(bytes, outer[_BODY])
     row = list(outer)
-    first_offset = outer[_QUEUE_OFFSET]
+    first_offset = cast(int, outer[_QUEUE_OFFSET])
     pos = 0
     end = len(batch)
     index = 0
