@@ -317,9 +317,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._stored.update(result.stored)
         if result.failed:
-            queue, err = next(iter(result.failed.items()))
+            queue, failure = next(iter(result.failed.items()))
             log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
-                        "tries again", len(result.failed), self.options.consumer_group, queue, err)
+                        "tries again", len(result.failed), self.options.consumer_group, queue, failure)
 
     def _forget_reconnected(self) -> frozenset[str]:
         """Forget what was stored on brokers reached over a new connection since the last call
