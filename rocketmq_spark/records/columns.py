@@ -36,7 +36,7 @@ class ArrowColumns(NamedTuple):
     reconsume_times: pa.Array
     flag: pa.Array
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.queue_offset)
 
     def filter(self, mask: np.ndarray) -> ArrowColumns:

@@ -208,7 +208,7 @@ class OffsetReader:
                     failed.append(key)
                     first = first or outcome
                 else:
-                    values[key] = outcome  # type: ignore[assignment]
+                    values[key] = outcome
             todo = failed
             if first is not None:
                 self._routes_changed()
