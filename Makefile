@@ -33,12 +33,13 @@ $(RMQ_CLASSPATH): $(INSTALLED) integration/pom.xml integration/tool/pom.xml $(sh
 
 # The static checks, in seconds and without servers: ruff's lint rules, mypy's strict types over
 # the package (against the installed PySpark), and the layout make format gives (import order,
-# then ruff format). Each runs even when one before it failed, so one run reports all three.
+# then ruff format). Each runs even when one before it failed, so one run reports them all.
 check: $(INSTALLED)
 	status=0; \
 	$(PY) -m ruff check --ignore I001 . || status=1; \
 	$(PY) -m mypy || status=1; \
-	$(PY) -m ruff check --select I001 . && $(PY) -m ruff format --check . || status=1; \
+	$(PY) -m ruff check --select I001 --output-format concise . || status=1; \
+	$(PY) -m ruff format --check --output-format concise . || status=1; \
 	exit $$status
 
 # Sorts the imports and formats every Python file, as make check expects.
