@@ -75,8 +75,11 @@ try:
 
     ADMISSION_CONTROL = True
 except ImportError:  # PySpark 4.0 and 4.1
-    ReadLimit, ReadAllAvailable, ReadMinRows, ReadMaxRows = (  # type: ignore[misc]
-        _ReadLimit, _ReadAllAvailable, _ReadMinRows, _ReadMaxRows)  # type: ignore[assignment]
+    # One name a line, so that each keeps its ignore wherever a formatter puts the lines.
+    ReadLimit = _ReadLimit  # type: ignore[assignment,misc]
+    ReadAllAvailable = _ReadAllAvailable  # type: ignore[assignment,misc]
+    ReadMinRows = _ReadMinRows  # type: ignore[assignment,misc]
+    ReadMaxRows = _ReadMaxRows  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[assignment,misc]
     ADMISSION_CONTROL = False
 
@@ -104,8 +107,13 @@ try:
 
     FILTER_PUSHDOWN = True
 except ImportError:  # PySpark 4.0
-    Filter, EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In = (  # type: ignore[misc]
-        _Filter, _EqualTo, _GreaterThan, _GreaterThanOrEqual, _LessThan, _LessThanOrEqual, _In)  # type: ignore[assignment]
+    Filter = _Filter  # type: ignore[assignment,misc]
+    EqualTo = _EqualTo  # type: ignore[assignment,misc]
+    GreaterThan = _GreaterThan  # type: ignore[assignment,misc]
+    GreaterThanOrEqual = _GreaterThanOrEqual  # type: ignore[assignment,misc]
+    LessThan = _LessThan  # type: ignore[assignment,misc]
+    LessThanOrEqual = _LessThanOrEqual  # type: ignore[assignment,misc]
+    In = _In  # type: ignore[assignment,misc]
     FILTER_PUSHDOWN = False
 
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
