@@ -252,7 +252,7 @@ def render(report: dict[str, Any]) -> str:
     p = report["parameters"]
     m = report["machine"]
     width, cell = 50, 24
-    head = "".join(f"{'2 x %d queues' % c['queues_per_broker']:>{cell}}" for c in cases)
+    head = "".join(f"{'2 x {} queues'.format(c['queues_per_broker']):>{cell}}" for c in cases)
     lines = ["", f"rocketmq-spark big-topic benchmark, {report['finished']}",
              f"{p['messages_per_queue']} messages of {BODY_SIZE} B per queue, 2 brokers, local[2]; trigger "
              f"{p['trigger_ms']} ms, {p['idle_seconds']} s idle, {p['idle_calls']} direct calls",

@@ -51,20 +51,20 @@ from common import ROOT, log
 
 sys.path.insert(0, str(ROOT))
 
-from dataset import (  # noqa: E402
+from dataset import (
     BODY_SIZE, cluster_config, create_topic, planned_messages, produce_data, server_pids, source_options,
     stop_leftover, wait_planned,
 )
-from integration.cluster import (  # noqa: E402
+from integration.cluster import (
     DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, Cluster, ClusterError,
 )
-from readers import (  # noqa: E402
+from readers import (
     NARROW_SCHEMA, java_consume, pool_warm, run_available_now, run_client, run_spark_batch, start_spark,
 )
-from latency import file_system_checkpoint_manager, run_latency  # noqa: E402
-from pushdown_window import PushdownCase  # noqa: E402
-from report import READERS, machine, ratios, render, summarize, target  # noqa: E402
-from sampling import CLIENT_POOL, SPARK_PYTHON, Phase, Sampler, descendants, proc_table, read_proc  # noqa: E402
+from latency import file_system_checkpoint_manager, run_latency
+from pushdown_window import PushdownCase
+from report import READERS, machine, ratios, render, summarize, target
+from sampling import CLIENT_POOL, SPARK_PYTHON, Phase, Sampler, descendants, proc_table, read_proc
 
 WORKDIR = ROOT / "integration" / "work" / "bench"
 RESULTS = ROOT / "bench" / "results" / "latest.json"

@@ -27,11 +27,11 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from rocketmq_spark.remoting import codes  # noqa: E402
-from rocketmq_spark.records.columns import from_walked  # noqa: E402
-from rocketmq_spark.records.decoder import PullDecoder, decode_pulls  # noqa: E402
-from rocketmq_spark.records.walk import Walked, decode_messages, walk  # noqa: E402
-from rocketmq_spark.source.partition_reader import ARROW_BATCH_ROWS  # noqa: E402
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.records.columns import from_walked
+from rocketmq_spark.records.decoder import PullDecoder, decode_pulls
+from rocketmq_spark.records.walk import Walked, decode_messages, walk
+from rocketmq_spark.source.partition_reader import ARROW_BATCH_ROWS
 
 PULL_BATCH = 32
 TOPIC = b"BenchTopic"

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from integration.cluster import run_tool  # noqa: E402
-from rocketmq_spark.model import ClientConfig, MessageQueue  # noqa: E402
-from rocketmq_spark.records.columns import walk_columns  # noqa: E402
-from rocketmq_spark.records.walk import decode_messages  # noqa: E402
-from rocketmq_spark.remoting.client import PullStatus, RocketMQClient  # noqa: E402
+from integration.cluster import run_tool
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.records.columns import walk_columns
+from rocketmq_spark.records.walk import decode_messages
+from rocketmq_spark.remoting.client import PullStatus, RocketMQClient
 
 QUEUES_PER_BROKER = 4
 BROKERS = ("broker-a", "broker-b")

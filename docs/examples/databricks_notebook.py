@@ -116,7 +116,7 @@ if not ON_DATABRICKS:
 
 # COMMAND ----------
 
-from rocketmq_spark import RocketMQDataSource
+from rocketmq_spark import RocketMQDataSource  # noqa: E402 - a cell of its own, after the install
 
 spark.dataSource.register(RocketMQDataSource)
 

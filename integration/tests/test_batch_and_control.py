@@ -58,8 +58,10 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
     # The same window as JSON offsets, queue by queue.
     first = {(m["broker"], m["queueId"]): m["queueOffset"] for m in reversed(waves[1])}
     after = {(m["broker"], m["queueId"]): m["queueOffset"] for m in reversed(waves[2])}
-    as_json = lambda offsets: json.dumps({topic: {b: {str(q): o for (bb, q), o in offsets.items() if bb == b}
-                                                   for b in {b for b, _ in offsets}}})
+    def as_json(offsets: dict[tuple[str, int], int]) -> str:
+        return json.dumps({topic: {b: {str(q): o for (bb, q), o in offsets.items() if bb == b}
+                                   for b in {b for b, _ in offsets}}})
+
     rows = batch_read(spark, rocketmq, topic, startingOffsets=as_json(first), endingOffsets=as_json(after)).collect()
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in waves[1])
 
@@ -163,11 +165,11 @@ def test_data_loss_under_a_running_query_fails_or_skips(
         topic, group = unique("loss"), unique("loss-group")
         create_topic(rocketmq, topic, queues=1, brokers="broker-a")
         produce(rocketmq, topic, 30, "--keys", "before-{i}")
-        keys: list[str] = []
+        keys: list[str] = []  # this round's: its query is stopped before the loop moves on
         df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
                     failOnDataLoss=str(fail).lower())
         query = (df.writeStream.option("checkpointLocation", str(tmp_path / f"c-{fail}"))
-                 .foreachBatch(lambda batch, _: keys.extend(r.keys for r in batch.select("keys").collect()))
+                 .foreachBatch(lambda batch, _: keys.extend(r.keys for r in batch.select("keys").collect()))  # noqa: B023
                  .trigger(processingTime="1 second").start())
         try:
             wait_rows(query, 30)

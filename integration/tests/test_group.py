@@ -9,7 +9,6 @@ counted, and other streams of this source.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any

@@ -197,7 +197,9 @@ def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_p
     sent += produce(rocketmq, topic, 5, "--batch", "5", "--body", "batched {i}", "--print-body")
     rows = collect_available_now(
         stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET"), tmp_path / "c")
-    position = lambda m: (m["broker"], m["queueId"], m["queueOffset"])
+    def position(m: dict[str, Any]) -> tuple[str, int, int]:
+        return m["broker"], m["queueId"], m["queueOffset"]
+
     stored = {position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)),
                                                     "--print")}
     assert len(rows) == len(sent)

@@ -119,7 +119,9 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
     if len(at) == 0:
         return walk_columns(b"")
     # Every record taken here is at least _BODY_START long, so this stays inside the buffer.
-    header = np.take(buf, at.astype(_OFFSETS)[:, None] + np.arange(_BODY_START, dtype=_OFFSETS))
+    # Named first: inline, numpy's stubs type the sum as float64, which np.take refuses.
+    header_bytes = np.arange(_BODY_START, dtype=_OFFSETS)
+    header = np.take(buf, at.astype(_OFFSETS)[:, None] + header_bytes)
 
     record_end = at + _column(header, "total_size")
     body_start = at + _BODY_START

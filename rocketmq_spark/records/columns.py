@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +16,7 @@ TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 INT32 = pa.int32()
 _STRING = pa.string()
 _PROPERTY_MAP = pa.map_(_STRING, _STRING)
-Numbers = Union[np.ndarray, Sequence[int]]
+Numbers = np.ndarray | Sequence[int]
 
 
 class ArrowColumns(NamedTuple):
@@ -36,7 +36,7 @@ class ArrowColumns(NamedTuple):
     reconsume_times: pa.Array
     flag: pa.Array
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.queue_offset)
 
     def filter(self, mask: np.ndarray) -> ArrowColumns:

@@ -123,7 +123,7 @@ def decompress_body(body: bytes, sys_flag: int, queue_offset: int, position: int
             f"bytes ({len(body)} bytes compressed). If producers send bodies this large on purpose, raise the "
             "maxBodyBytes option above their size; otherwise the message is damaged or hostile: read past "
             "its offset") from None
-    except Exception as exc:  # each library raises its own error types
+    except Exception as exc:  # noqa: BLE001 - each library raises its own error types
         raise ProtocolError(
             f"cannot {name}-decompress the body of the message at queue offset "
             f"{queue_offset} (byte {position}): {exc}"

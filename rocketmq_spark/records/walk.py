@@ -11,9 +11,9 @@ for what repeats across records. The Spark reader uses it only for the pulls the
 from __future__ import annotations
 
 import struct
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from rocketmq_spark.records import layout
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
@@ -75,7 +75,7 @@ class Walked(NamedTuple):
     def join(parts: list[Walked]) -> Walked:
         if len(parts) == 1:
             return parts[0]
-        return Walked(*(sum(column, []) for column in zip(*parts)))
+        return Walked(*(list(chain.from_iterable(column)) for column in zip(*parts)))
 
     def offset_msg_ids(self) -> list[str]:
         """Java's offsetMsgId: hex of store ip and port, then of the commitlog offset; the
@@ -142,9 +142,10 @@ def _unwrap(
     with queue offsets ``outer + i``, and have their own flag, body and
     properties.
     """
-    batch = outer[_BODY]
+    # A Row indexed by a computed position is any of its fields' types to mypy.
+    batch = cast(bytes, outer[_BODY])
     row = list(outer)
-    first_offset = outer[_QUEUE_OFFSET]
+    first_offset = cast(int, outer[_QUEUE_OFFSET])
     pos = 0
     end = len(batch)
     index = 0

@@ -22,19 +22,21 @@ from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ProtocolError, error_for_response
 
-T = TypeVar("T")
+# What a call's answer is read as. Covariant, as a Call only produces it: a Call[PullResult] is
+# also a call of any wider answer, which is how mypy reads call_many's calls (answers or errors).
+T_co = TypeVar("T_co", covariant=True)
 
 SUCCESS_ONLY = (ResponseCode.SUCCESS,)
 
 
 @dataclass(frozen=True)
-class Call(Generic[T]):
+class Call(Generic[T_co]):
     """One request and the reading of its answer (``read(response, address)``), which raises the
     error a refusal stands for; ``body`` for the few requests that carry one (a heartbeat)."""
 
     code: RequestCode
     fields: Mapping[str, object]
-    read: Callable[[RemotingCommand, str], T]
+    read: Callable[[RemotingCommand, str], T_co]
     body: bytes = b""
 
 
@@ -264,7 +266,8 @@ class PullStatus(enum.Enum):
     RETRY_IMMEDIATELY = "RETRY_IMMEDIATELY"
 
 
-PULL_STATUS_BY_CODE = {
+# Keyed by int: a response carries its code as the number the broker sent.
+PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.RETRY_IMMEDIATELY,

@@ -94,4 +94,4 @@ def running_info_body(properties: Mapping[str, str], subscriptions: Sequence[Sub
 
 def consumer_status_body(offsets: Mapping[MessageQueue, int]) -> bytes:
     """A ``GetConsumerStatusBody`` (GET_CONSUMER_STATUS_FROM_CLIENT): the member's offset per queue."""
-    return f'{{"messageQueueTable":{_object_keyed(dict(offsets))},"consumerTable":{{}}}}'.encode("utf-8")
+    return f'{{"messageQueueTable":{_object_keyed(dict(offsets))},"consumerTable":{{}}}}'.encode()

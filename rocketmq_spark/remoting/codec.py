@@ -112,9 +112,9 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
-    for name, value in (("code", cmd.code), ("version", cmd.version)):
-        if not _INT16_MIN <= value <= _INT16_MAX:
-            raise ValueError(f"{name} {value} does not fit the binary header's int16")
+    for name, number in (("code", cmd.code), ("version", cmd.version)):
+        if not _INT16_MIN <= number <= _INT16_MAX:
+            raise ValueError(f"{name} {number} does not fit the binary header's int16")
     language = codes.LANGUAGE_CODES.get(cmd.language)
     if language is None:
         raise ValueError(f"language {cmd.language!r} has no binary code")

@@ -314,7 +314,7 @@ class Connection:
             return
         try:
             response = self._on_request(request)
-        except Exception:  # noqa: BLE001 - the handler's failure must not end the connection
+        except Exception:  # the handler's failure must not end the connection
             log.warning("could not answer %s's request %s", self.address, request.code, exc_info=True)
             return
         if response is None or request.is_oneway:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from typing import cast
 
 # What one raw read takes from the socket: several full TLS records (16 KiB of plaintext each).
 RAW_CHUNK_BYTES = 256 * 1024
@@ -75,7 +76,8 @@ class TlsChannel:
         filled = 0
         try:
             while filled < len(view):
-                read = self._tls.read(len(view) - filled, view[filled:])
+                # Given a buffer, read() returns how many bytes it put there (typeshed says bytes).
+                read = cast(int, self._tls.read(len(view) - filled, view[filled:]))
                 if read == 0:
                     break
                 filled += read

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -66,10 +67,10 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, error: ConfigurationError) -> None:
         self.error = error
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         raise self.error
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         raise self.error
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -78,16 +79,16 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         raise self.error
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         raise self.error
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         raise self.error
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         raise self.error
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         raise self.error
 
     def stop(self) -> None:

@@ -163,7 +163,7 @@ class GroupWatch:
         while not self._stop.wait(self._interval_s):
             try:
                 self.round()
-            except Exception:  # noqa: BLE001 - the thread must outlive any one round's surprise
+            except Exception:  # the thread must outlive any one round's surprise
                 log.warning("consumer group %s: a membership round failed; the next one tries again", self.group,
                             exc_info=True)
 

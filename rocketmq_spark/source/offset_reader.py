@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
@@ -96,7 +97,7 @@ class OffsetReader:
         found: dict[MessageQueue, str] = {}
         for topic in self.options.topics:
             try:
-                route = self.retry.call(lambda: self.client.topic_route(topic), f"route of {topic}")
+                route = self.retry.call(partial(self.client.topic_route, topic), f"route of {topic}")
             except TopicNotFoundError as err:
                 if missing_ok:
                     continue
@@ -207,7 +208,7 @@ class OffsetReader:
                     failed.append(key)
                     first = first or outcome
                 else:
-                    values[key] = outcome  # type: ignore[assignment]
+                    values[key] = outcome
             todo = failed
             if first is not None:
                 self._routes_changed()

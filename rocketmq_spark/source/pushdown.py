@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from rocketmq_spark.model import (
     EXPRESSION_TAG, SUBSCRIBE_ALL, TAG_EXPRESSION_SEPARATOR, MessageQueue, parse_tag_expression,
@@ -103,7 +104,8 @@ def push(filters: Sequence[Filter], options: SourceOptions) -> tuple[Pushed, lis
     tags_allowed = options.expression_type == EXPRESSION_TAG and options.sub_expression == SUBSCRIBE_ALL
     tag_filters: list[Filter] = []
     for f in filters:
-        column = f.attribute[0] if len(getattr(f, "attribute", ())) == 1 else None
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())  # not every Filter has one
+        column = attribute[0] if len(attribute) == 1 else None
         values = _values(f)
         if column == BROKER_NAME and values is not None and all(isinstance(v, str) for v in values):
             pushed = replace(pushed, brokers=_both(pushed.brokers, values))
@@ -127,7 +129,7 @@ def push(filters: Sequence[Filter], options: SourceOptions) -> tuple[Pushed, lis
     return pushed, back
 
 
-def _values(f: Filter) -> frozenset | None:
+def _values(f: Filter) -> frozenset[Any] | None:
     """The values an ``=`` or ``IN`` filter accepts (nulls match nothing); None for other filters."""
     if isinstance(f, EqualTo):
         return None if f.value is None else frozenset([f.value])
@@ -136,7 +138,7 @@ def _values(f: Filter) -> frozenset | None:
     return None
 
 
-def _both(known: frozenset | None, values: Iterable) -> frozenset:
+def _both(known: frozenset[Any] | None, values: Iterable[Any]) -> frozenset[Any]:
     return frozenset(values) if known is None else known & frozenset(values)
 
 

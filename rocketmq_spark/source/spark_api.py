@@ -75,9 +75,12 @@ try:
 
     ADMISSION_CONTROL = True
 except ImportError:  # PySpark 4.0 and 4.1
-    ReadLimit, ReadAllAvailable, ReadMinRows, ReadMaxRows = (  # type: ignore[misc]
-        _ReadLimit, _ReadAllAvailable, _ReadMinRows, _ReadMaxRows)
-    SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[misc]
+    # One name a line, so that each keeps its ignore wherever a formatter puts the lines.
+    ReadLimit = _ReadLimit  # type: ignore[assignment,misc]
+    ReadAllAvailable = _ReadAllAvailable  # type: ignore[assignment,misc]
+    ReadMinRows = _ReadMinRows  # type: ignore[assignment,misc]
+    ReadMaxRows = _ReadMaxRows  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[assignment,misc]
     ADMISSION_CONTROL = False
 
 
@@ -104,8 +107,13 @@ try:
 
     FILTER_PUSHDOWN = True
 except ImportError:  # PySpark 4.0
-    Filter, EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In = (  # type: ignore[misc]
-        _Filter, _EqualTo, _GreaterThan, _GreaterThanOrEqual, _LessThan, _LessThanOrEqual, _In)
+    Filter = _Filter  # type: ignore[assignment,misc]
+    EqualTo = _EqualTo  # type: ignore[assignment,misc]
+    GreaterThan = _GreaterThan  # type: ignore[assignment,misc]
+    GreaterThanOrEqual = _GreaterThanOrEqual  # type: ignore[assignment,misc]
+    LessThan = _LessThan  # type: ignore[assignment,misc]
+    LessThanOrEqual = _LessThanOrEqual  # type: ignore[assignment,misc]
+    In = _In  # type: ignore[assignment,misc]
     FILTER_PUSHDOWN = False
 
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
@@ -120,12 +128,12 @@ __all__ = ["ADMISSION_CONTROL", "FILTER_PUSHDOWN", "FILTER_PUSHDOWN_CONF", "Admi
 class AdmissionControlled(Protocol):
     """A stream reader in the shape of PySpark 4.2's API, which ``PlainStreamReader`` drives."""
 
-    def initialOffset(self) -> dict: ...
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict: ...
+    def initialOffset(self) -> dict[str, Any]: ...
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]: ...
     def getDefaultReadLimit(self) -> ReadLimit: ...
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]: ...
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]: ...
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]: ...
-    def commit(self, end: dict) -> None: ...
+    def commit(self, end: dict[str, Any]) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -140,8 +148,8 @@ class PlainStreamReader(DataSourceStreamReader):
 
     def __init__(self, source: AdmissionControlled, notice: str | None = None) -> None:
         self.source = source
-        self._initial: dict | None = None
-        self._next_start: dict | None = None
+        self._initial: dict[str, Any] | None = None
+        self._next_start: dict[str, Any] | None = None
         self._notice = notice  # said once, at the query's first call
 
     def _started(self) -> None:
@@ -149,18 +157,18 @@ class PlainStreamReader(DataSourceStreamReader):
             log.warning(self._notice)
             self._notice = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         self._started()
         if self._initial is None:
             self._initial = self.source.initialOffset()
         return self._initial
 
-    def latestOffset(self) -> dict:  # type: ignore[override]  # 4.0/4.1 take no argument
+    def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]  # 4.0/4.1 take no argument
         self._started()
         start = self._next_start if self._next_start is not None else self.initialOffset()
         return self.source.latestOffset(start, self.source.getDefaultReadLimit())
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._started()
         self._next_start = end
         if start == end:  # Spark telling a restarted reader where its query stands
@@ -170,7 +178,7 @@ class PlainStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.source.read(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.source.commit(end)
 
     def stop(self) -> None:

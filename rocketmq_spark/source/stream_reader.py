@@ -107,7 +107,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._watch.start()
         self._watch.check()
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         self._since_ms = now_ms()
         queues = self.offsets.queues()
         self._group()
@@ -125,7 +125,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the end of an AvailableNow run: what each queue holds now, and no queue added later."""
         self._target = self.offsets.max_offsets(self.offsets.queues())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_map = from_spark(start)
         routes = self.offsets.queues(missing_ok=True)
         self._group()  # before anything is stored: a shared group may be an error
@@ -257,12 +257,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return False
         return now_ms() - self._last_batch_ms < self.options.max_trigger_delay_ms
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_spark(self._latest) if self._latest else None
 
     # ------------------------------------------------------------- partitions
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_map, end_map = from_spark(start), from_spark(end)
         # Queues an operator reset, and queues the batch is the first to read, start where the
         # batch's end offsets say (they are in the offset log). Queues that went backwards (their
@@ -289,7 +289,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ----------------------------------------------------------------- commit
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         # latestOffset has stored this end already, unless Spark calls in an order not seen so far.
         # Spark commits the batch before the one it just planned: where that one starts at a
         # followed reset, its end is what the reset moved away from, not to be stored again.
@@ -317,9 +317,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._stored.update(result.stored)
         if result.failed:
-            queue, err = next(iter(result.failed.items()))
+            queue, failure = next(iter(result.failed.items()))
             log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
-                        "tries again", len(result.failed), self.options.consumer_group, queue, err)
+                        "tries again", len(result.failed), self.options.consumer_group, queue, failure)
 
     def _forget_reconnected(self) -> frozenset[str]:
         """Forget what was stored on brokers reached over a new connection since the last call

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.records.walk import Message, walk
@@ -55,7 +56,7 @@ PullRound = Callable[[Mapping[MessageQueue, Probe]], Mapping[MessageQueue, PullR
 def store_times(body: bytes) -> Iterator[tuple[int, int]]:
     """(queue offset, store time) of each message of a pull body."""
     for row in walk(body).rows:
-        yield row[_QUEUE_OFFSET], row[_STORE_TIMESTAMP]
+        yield cast(int, row[_QUEUE_OFFSET]), cast(int, row[_STORE_TIMESTAMP])
 
 
 @dataclass
