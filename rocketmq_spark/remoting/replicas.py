@@ -133,14 +133,16 @@ class Replicas:
         with self._lock:
             self._suggested[(topic, broker_name, queue_id)] = broker_id
 
-    def failed(self, topic: str, address: str) -> None:
-        """An address did not answer or refused: pass it over for a while, and ask the topic's
-        routes again soon, as a new master may be registered elsewhere."""
+    def failed(self, address: str, topic: str | None = None) -> None:
+        """An address did not answer or refused: pass it over for a while, and ask the routes of
+        ``topic`` (of every topic if None) again soon, as a new master may be registered elsewhere."""
         with self._lock:
             self._passed_over[address] = self.clock() + PASSED_OVER_S
-            self._topics.setdefault(topic, _Topic()).stale = True
-            for key in [k for k in self._suggested if k[0] == topic]:
-                del self._suggested[key]  # the broker's hint named a replica that just failed
+            for name, entry in self._topics.items():
+                if topic is None or name == topic:
+                    entry.stale = True
+            # A hint that named a replica that just failed is dropped.
+            self._suggested = {k: v for k, v in self._suggested.items() if topic is not None and k[0] != topic}
 
     def answered(self, address: str) -> None:
         """An address answered: it is asked again like any other."""

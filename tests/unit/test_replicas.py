@@ -61,7 +61,7 @@ def test_a_slave_that_refuses_is_passed_over_for_another_replica() -> None:
     assert rejected(refusal) and refusal.retriable
     assert not rejected(busy)  # flow control: the same broker, after a pause
     found, _, clock = replicas({1: SLAVE, 2: OTHER})
-    found.failed(TOPIC, SLAVE)
+    found.failed(SLAVE, TOPIC)
     assert found.read_addresses(TOPIC, "broker-a") == [OTHER, SLAVE]  # the refusing one last, not gone
     clock.now += PASSED_OVER_S
     assert found.read_address(TOPIC, "broker-a") == SLAVE
@@ -75,7 +75,7 @@ def test_a_pull_answer_s_suggestion_is_followed_within_the_broker_name() -> None
     found.suggest(TOPIC, "broker-a", 3, 7)  # an id the routes do not list: the usual order
     assert found.read_address(TOPIC, "broker-a", 3) == MASTER
     found.suggest(TOPIC, "broker-a", 3, 1)
-    found.failed(TOPIC, SLAVE)  # the suggested replica failed: the hint is dropped
+    found.failed(SLAVE, TOPIC)  # the suggested replica failed: the hint is dropped
     assert found.read_address(TOPIC, "broker-a", 3) == MASTER
 
 
@@ -84,7 +84,7 @@ def test_a_master_that_moved_is_found_within_a_second_of_a_failure(how: str) -> 
     found, names, clock = replicas({0: MASTER, 1: SLAVE} if how == "controller switch" else {0: MASTER})
     assert found.read_address(TOPIC, "broker-a") == MASTER
     names.addresses = {0: OTHER} if how == "DLedger election" else {0: SLAVE}
-    found.failed(TOPIC, MASTER)  # cannot connect to the old master
+    found.failed(MASTER, TOPIC)  # cannot connect to the old master
     asked = names.asked
     # Within the second, the old routes: the failed master goes last, after a listed slave.
     assert found.read_address(TOPIC, "broker-a") == (MASTER if how == "DLedger election" else SLAVE)
