@@ -28,7 +28,7 @@ from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.support import ClusterHandle, create_topic, offsets_and_ends, spark_offsets, stream
-from rocketmq_spark.source.offset_reader import ROUTE_REFRESH_S
+from rocketmq_spark.source.routes import ROUTE_REFRESH_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -123,6 +123,21 @@ class QueueNotRoutedError(RocketMQError):
                          f"again reads {queue} from it; waiting for it to return")
 
 
+class NoReplicaError(RocketMQError):
+    """No replica of a broker name serves a queue now: its master is down and no slave is listed,
+    or every listed replica failed or refused. Retriable: a new master or a slave that catches up
+    serves it again, and a planned range cannot finish without it."""
+
+    retriable = True
+
+    def __init__(self, broker: str, tried: list[str], cause: RocketMQError | None = None) -> None:
+        self.broker = broker
+        self.tried = list(tried)
+        where = f"tried {', '.join(self.tried)}" if self.tried else "no replica of it is registered"
+        because = f": {cause}" if cause is not None else ""
+        super().__init__(f"no replica of broker {broker} serves its queues now ({where}){because}")
+
+
 class QueueNotReadableError(RocketMQError):
     """A broker refuses to serve a queue it has (INVALID_PARAMETER, "queueId[N] is illegal"): its
     ``readQueueNums`` was lowered, or read permission taken away, after a batch was planned on it.

@@ -30,6 +30,16 @@ class CommitResult:
     stored: OffsetMap = field(default_factory=dict)
     failed: dict[MessageQueue, RocketMQError] = field(default_factory=dict)
 
+    def add(self, later: CommitResult) -> None:
+        """Take in a later round's outcome: a queue stored then is no longer failed."""
+        self.stored.update(later.stored)
+        self.failed = {q: err for q, err in self.failed.items() if q not in later.stored}
+        self.failed.update(later.failed)
+
+
+# Where each queue's offset goes and what it is: (broker or proxy address, offset).
+Targets = Mapping[MessageQueue, tuple[str, int]]
+
 
 class GroupCommits:
     """Stores offsets for the source's consumer group, over the routes the offset reader keeps."""
@@ -40,7 +50,6 @@ class GroupCommits:
         self.options = options
         self._routes = routes  # the queues routable now, with their addresses
         self._on_failure = on_failure  # a store failed: the routes may be stale
-        self._addresses: Mapping[MessageQueue, str] = {}
         self._tables: set[tuple[str, str]] = set()  # (broker name, topic) holding the group's offsets
 
     def forget(self, brokers: Iterable[str]) -> None:
@@ -58,50 +67,37 @@ class GroupCommits:
 
         A broker keeps the group's offsets of a topic in a table its first commit creates, and of
         two first commits handled at once one can be lost (the broker checks for the table, then
-        puts a new one). So each topic's first commit on each broker goes with one queue, and the
-        topic's other queues there follow in the round after it.
+        puts a new one). So each topic's first commit on each broker goes with one queue (its
+        opener), and the topic's other queues there follow in the round after it.
         """
         group = self.options.consumer_group
         assert group is not None
-        self._addresses = self._routes()
-        routable = {q: offset for q, offset in offsets.items() if q in self._addresses}
+        routes = self._routes()
+        targets = {q: (routes[q], offset) for q, offset in offsets.items() if q in routes}
         openers: dict[tuple[str, str], MessageQueue] = {}
-        for queue in routable:
-            if self._table(queue) not in self._tables:
-                openers.setdefault(self._table(queue), queue)
-        result = self._open_tables(group, routable, list(openers.values()))
-        opening = set(openers.values())
-        rest = [q for q in routable if q not in opening]
-        ready = [q for q in rest if self._table(q) in self._tables]
-        later = self._store(group, routable, ready)
-        result.stored.update(later.stored)
-        result.failed.update(later.failed)
-        for queue in rest:
-            if self._table(queue) not in self._tables:  # its topic's first commit failed
-                result.failed[queue] = result.failed[openers[self._table(queue)]]
+        for queue in targets:
+            if _table(queue) not in self._tables:
+                openers.setdefault(_table(queue), queue)
+        result = self._open_tables(group, targets, list(openers.values()))
+        followers = [q for q in targets if openers.get(_table(q)) != q]
+        result.add(self._store(group, targets, [q for q in followers if _table(q) in self._tables]))
+        for queue in followers:
+            if _table(queue) not in self._tables:  # its topic's first commit failed
+                result.failed[queue] = result.failed[openers[_table(queue)]]
         return result
 
-    def _table(self, queue: MessageQueue) -> tuple[str, str]:
-        """Where the group's offsets of the queue are kept: per broker (by name, as one proxy
-        address serves them all) and topic."""
-        return queue.broker_name, queue.topic
-
-    def _open_tables(self, group: str, offsets: Mapping[MessageQueue, int],
-                     openers: list[MessageQueue]) -> CommitResult:
+    def _open_tables(self, group: str, targets: Targets, openers: list[MessageQueue]) -> CommitResult:
         """The first commit of each topic on each broker, one queue each; a broker that refuses it
         because it does not know the group is introduced to the group, and asked again."""
-        result = self._store(group, offsets, openers)
+        result = self._store(group, targets, openers)
         unknown = [q for q, err in result.failed.items() if _group_unknown(err)]
         if unknown:
-            self._introduce(group, unknown, offsets)
-            again = self._store(group, offsets, unknown)
-            result.stored.update(again.stored)
-            result.failed = {q: err for q, err in result.failed.items() if q not in again.stored}
-            result.failed.update(again.failed)
+            self._introduce(group, {q: targets[q] for q in unknown})
+            result.add(self._store(group, targets, unknown))
         return result
 
-    def _introduce(self, group: str, queues: list[MessageQueue], offsets: Mapping[MessageQueue, int]) -> None:
-        """Make the group known to the brokers of ``queues``, which refused its offsets.
+    def _introduce(self, group: str, refused: Targets) -> None:
+        """Make the group known to the brokers of the ``refused`` queues.
 
         A broker refuses offsets of a group it has never seen and creates the group on its first
         pull (``autoCreateSubscriptionGroup``): so one pull per broker, which reads nothing the
@@ -109,32 +105,38 @@ class GroupCommits:
         fails leaves its broker's queues to a later commit.
         """
         first_of_broker: dict[str, MessageQueue] = {}
-        for queue in queues:  # by name: one proxy address serves every broker
+        for queue in refused:  # by name: one proxy address serves every broker
             first_of_broker.setdefault(queue.broker_name, queue)
-        pulls = [(self._addresses[queue], calls.pull(queue, offsets[queue], group=group, max_messages=1,
-                                                     subscription=self.options.sub_expression,
-                                                     expression_type=self.options.expression_type))
-                 for queue in first_of_broker.values()]
+        pulls = [(refused[q][0], calls.pull(q, refused[q][1], group=group, max_messages=1,
+                                            subscription=self.options.sub_expression,
+                                            expression_type=self.options.expression_type))
+                 for q in first_of_broker.values()]
         for broker, outcome in zip(first_of_broker, self.client.call_many(pulls)):
             if isinstance(outcome, RocketMQError):
                 log.info("could not introduce group %s to broker %s: %s", group, broker, outcome)
 
-    def _store(self, group: str, offsets: Mapping[MessageQueue, int], queues: list[MessageQueue]) -> CommitResult:
+    def _store(self, group: str, targets: Targets, queues: list[MessageQueue]) -> CommitResult:
         """One round of offset updates; a stored one also means its table exists on the broker."""
         if not queues:
             return CommitResult()
         outcomes = self.client.call_many(
-            [(self._addresses[q], calls.update_consumer_offset(q, group, offsets[q])) for q in queues])
+            [(targets[q][0], calls.update_consumer_offset(q, group, targets[q][1])) for q in queues])
         result = CommitResult()
         for queue, outcome in zip(queues, outcomes):
             if isinstance(outcome, RocketMQError):
                 result.failed[queue] = outcome
             else:
-                result.stored[queue] = offsets[queue]
-                self._tables.add(self._table(queue))
+                result.stored[queue] = targets[queue][1]
+                self._tables.add(_table(queue))
         if result.failed:
             self._on_failure()
         return result
+
+
+def _table(queue: MessageQueue) -> tuple[str, str]:
+    """Where the group's offsets of the queue are kept: per broker (by name, as one proxy address
+    serves them all) and topic."""
+    return queue.broker_name, queue.topic
 
 
 def _group_unknown(error: RocketMQError) -> bool:

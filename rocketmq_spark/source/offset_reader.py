@@ -1,11 +1,10 @@
-"""Offsets from the brokers, on the driver: routes, min/max offsets, stored offsets, search by time.
+"""Offsets from the brokers, on the driver: min/max offsets, stored offsets, search by time.
 
 The micro-batch and batch readers ask this module every question that needs a broker; it decides
 no policy (where a query starts is ``starts.py``, what counts as data loss ``planning.py``).
 
-What it costs grows with brokers, not queues, wherever RocketMQ allows:
-- routes come from the name server at most every ``ROUTE_REFRESH_S``, and again at once after a
-  broker request failed (a broker that went away) or a broker listed queues the route lacks;
+Where each queue is asked, and which brokers answer, is ``routes.py``'s. What it costs grows with
+brokers, not queues, wherever RocketMQ allows:
 - min and max offsets of all of a topic's queues on a broker come in one GET_TOPIC_STATS_INFO
   answer; where a broker does not serve it (a 5.x proxy) or denies it, per-queue requests go out
   back to back on one connection (``RocketMQClient.call_many``);
@@ -28,24 +27,19 @@ from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, BrokersUnreachableError, ConfigurationError, ProtocolError, QueueNotRoutedError,
-    RocketMQError, TopicNotFoundError,
-)
+from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError, RocketMQError
+from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import STARTING_OFFSETS, TLS_TRUST_CERT_PATH, TLS_VERIFY, TOPIC, SourceOptions
+from rocketmq_spark.source.options import TLS_TRUST_CERT_PATH, TLS_VERIFY, SourceOptions
+from rocketmq_spark.source.routes import QueueRoutes
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 K = TypeVar("K")
 
-# How long a topic's route is trusted before the name server is asked again. It delays when a new
-# queue starts being read (from where ``starts.first_seen_offsets`` says, so nothing is missed) and
-# when a queue hidden by a lower readQueueNums stops being planned (docs/offsets.md).
-ROUTE_REFRESH_S = 10.0
 # Answers to GET_TOPIC_STATS_INFO that mean "ask queue by queue": a proxy does not serve it, and
 # an ACL may allow the per-queue requests only.
 _NO_TOPIC_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
@@ -64,130 +58,56 @@ class OffsetReader:
         if options.client.tls and not options.client.tls_verify:
             log.warning(UNVERIFIED_TLS_WARNING)
         self.client = client or RocketMQClient(options.client)
-        # The short policy until the query runs (see ``running``): a wrong address or port fails
-        # its start in seconds.
-        self.retry = options.start_retry
-        self._clock = clock
-        self._addresses: dict[MessageQueue, str] = {}
-        self._routes_at: float | None = None
+        self.routes = QueueRoutes(options, self.client, clock)
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
-        self._opened: dict[str, int] = {}  # connections opened per broker address, at the last look
-        self.commits = GroupCommits(self.client, options, self.reachable_routes, self._routes_changed)
-        # Brokers that are registered but did not answer a running stream, since when (clock time):
-        # their queues are held, as those of a broker that went away are (see ``max_offsets``).
-        self.unreachable: dict[str, float] = {}
+        self.commits = GroupCommits(self.client, options, self.routes.masters, self.routes.changed)
 
     def close(self) -> None:
         self.client.close()
 
     # ------------------------------------------------------------------ routes
 
-    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
-        """Every readable queue of the source's topics, with the address to send its requests to.
-
-        Routes younger than ``ROUTE_REFRESH_S`` are reused unless ``fresh``. A topic the name
-        server does not know is a configuration error when a query starts; once it runs
-        (``missing_ok``) it means that no broker serving the topic is registered right now.
-        """
-        now = self._clock()
-        if not fresh and self._routes_at is not None and now - self._routes_at < ROUTE_REFRESH_S:
-            return dict(self._addresses)
-        found: dict[MessageQueue, str] = {}
-        for topic in self.options.topics:
-            try:
-                route = self.retry.call(partial(self.client.topic_route, topic), f"route of {topic}")
-            except TopicNotFoundError as err:
-                if missing_ok:
-                    continue
-                raise ConfigurationError(
-                    TOPIC, f"topic '{self.options.display_topic(topic)}' does not exist on "
-                    f"{';'.join(self.options.client.name_servers)}",
-                    "Create it, or check the topic name and the nameServer option") from err
-            for queue in route.readable_queues():
-                address = route.master_address(queue.broker_name)
-                if address is not None:
-                    found[queue] = address
-        self._addresses = found  # the routes as they are now: a stopped broker drops out
-        self._routes_at = now
-        return dict(found)
+    @property
+    def retry(self) -> Retry:
+        """The short policy until the query runs (see ``running``): a wrong address or port fails
+        its start in seconds."""
+        return self.routes.retry
 
     def running(self) -> None:
         """The query runs: retry failures for its budget (retryBudgetMs) from now on, as their
         likely cause is now a broker restarting, not a wrong address."""
-        self.retry = self.options.retry
+        self.routes.retry = self.options.retry
 
-    def _routes_changed(self) -> None:
-        """Ask the name server again next time: a broker failed or knows queues the route lacks."""
-        self._routes_at = None
+    @property
+    def unreachable(self) -> Mapping[str, float]:
+        """Registered brokers that did not answer a running stream, since when."""
+        return self.routes.unreachable
+
+    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
+        """Every readable queue of the source's topics, with the address its offsets are asked at."""
+        return self.routes.queues(missing_ok, fresh)
 
     def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
-        """Of queues missing from the routes, those whose broker is not registered right now.
-
-        A stopped or restarting broker drops out of the routes; its queues come back with it, so
-        they are waited for, not lost; so are those of a registered broker that does not answer
-        (``max_offsets``). A queue whose broker is up but no longer lists it is gone.
-        """
-        queues = set(absent)
-        if not queues:
-            return set()
-        live = self.retry.call(self.client.live_brokers, "cluster info")
-        if live is None:
-            return queues
-        # A broker that registered again between the routes and this answer lists its queues
-        # again by now: only a queue still missing from fresh routes is gone.
-        back = self.queues(missing_ok=True, fresh=True)
-        return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
+        """Of queues missing from the routes, those that wait for their broker (``routes.py``)."""
+        return self.routes.unavailable(absent)
 
     def broker_addresses(self) -> set[str]:
-        """Where the queues of the last routes are served (a broker each, or a proxy): safe to ask
-        from another thread, as the routes are replaced whole, never changed in place."""
-        return set(self._addresses.values())
+        return self.routes.broker_addresses()
 
     def reconnected(self) -> frozenset[str]:
-        """Brokers this reader has reached over a new connection since it last asked (the first
-        connection does not count).
-
-        A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
-        its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval).
-        Its connection breaking is how the driver can tell, so the caller stores them again; and
-        since it may have lost the group's offset tables too, their first commits go first again.
-        """
-        again = set()
-        for broker, address in {q.broker_name: a for q, a in self._addresses.items()}.items():
-            count = self.client.connections_opened(address)
-            if self._opened.setdefault(address, count) != count:
-                again.add(broker)
-                self._opened[address] = count
+        """Brokers reached at a new address or over a new connection since the last call; since
+        they may have lost the group's offset tables too, their first commits go first again."""
+        again = self.routes.reconnected()
         self.commits.forget(again)
-        return frozenset(again)
-
-    def reachable_routes(self) -> dict[MessageQueue, str]:
-        """The routes without the queues of brokers that did not answer last time: requests that
-        can wait (commits, reset checks) are not sent to them until they answer again."""
-        return {q: a for q, a in self._addresses.items() if q.broker_name not in self.unreachable}
+        return again
 
     def planned_address(self, queue: MessageQueue) -> str:
-        """The address of a queue that a batch in Spark's offset log reads. The batch must read
-        the same ranges whenever it runs, so a broker that is away now is waited for, for
-        ``retryBudgetMs``, with routes asked again while waiting."""
-        def routed() -> str:
-            if queue not in self._addresses:
-                self.queues(missing_ok=True, fresh=True)
-            if queue not in self._addresses:
-                raise QueueNotRoutedError(queue.broker_name, str(queue))
-            return self._addresses[queue]
-
-        return self.options.retry.call(routed, f"route of {queue}")
+        return self.routes.routed(queue)
 
     def address(self, queue: MessageQueue) -> str:
-        if queue not in self._addresses:
-            self.queues(fresh=True)
-        if queue not in self._addresses:
-            raise ConfigurationError(STARTING_OFFSETS, f"queue {queue} does not exist",
-                                     "Name only queues the topic's route lists")
-        return self._addresses[queue]
+        return self.routes.address(queue)
 
     # ----------------------------------------------------------------- requests
 
@@ -211,7 +131,7 @@ class OffsetReader:
                     values[key] = outcome
             todo = failed
             if first is not None:
-                self._routes_changed()
+                self.routes.changed()
                 raise first
 
         if todo:
@@ -244,9 +164,10 @@ class OffsetReader:
                 # its queues' own answers say where they stand, as they did before stats.
                 if outcome.retriable:
                     unanswered[broker] = outcome
+                    self.routes.changed(failed=[a])  # another replica may serve it
             else:
-                if any(q not in self._addresses for q in outcome):
-                    self._routes_changed()  # the broker has queues the route does not list yet
+                if any(q not in self.routes.listed for q in outcome):
+                    self.routes.changed()  # the broker has queues the route does not list yet
                 found.update(outcome)
         return found, unanswered
 
@@ -267,26 +188,10 @@ class OffsetReader:
             routed = self.queues(missing_ok=True, fresh=True)
             wanted = [q for q in wanted if q in routed]
         if hold_unreachable:
-            wanted = self._hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
+            wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
         rest = [q for q in wanted if q not in latest]
         latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
         return {q: latest[q] for q in wanted}
-
-    def _hold_unreachable(self, wanted: list[MessageQueue], answered: set[str],
-                          unanswered: Mapping[str, RocketMQError]) -> list[MessageQueue]:
-        """The queues to ask one by one: not those of registered brokers that did not answer."""
-        now = self._clock()
-        for broker in answered:
-            self.unreachable.pop(broker, None)
-        for broker in unanswered:
-            self.unreachable.setdefault(broker, now)
-        held = [q for q in wanted if q.broker_name in unanswered]
-        rest = [q for q in wanted if q.broker_name not in unanswered]
-        budget = self.options.retry.budget_s
-        if held and not answered and not rest and all(now - t >= budget for t in self.unreachable.values()):
-            brokers = sorted({q.broker_name for q in held})
-            raise BrokersUnreachableError(brokers, budget, unanswered[brokers[0]])
-        return rest
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         """Each queue's first offset: from the last topic stats where they gave it, else from
@@ -339,7 +244,7 @@ class OffsetReader:
         """The group's stored offsets, as cheaply as the brokers allow: one answer per topic and
         broker where they serve consume stats, else one per queue. One attempt: a queue whose
         broker does not answer now is left out."""
-        routes = self.reachable_routes()
+        routes = self.routes.masters()
         wanted = [q for q in queues if q in routes]
         by_table = sorted({(q.topic, q.broker_name, routes[q]) for q in wanted
                            if routes[q] not in self._no_group_stats})

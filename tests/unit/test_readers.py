@@ -288,7 +288,7 @@ def test_a_broker_leaving_and_returning_is_logged_once_each(caplog: pytest.LogCa
     fake.away.clear()
     for _ in range(2):
         end = reader.latestOffset(end, ReadAllAvailable())
-    assert [r.getMessage() for r in caplog.records if r.name.endswith("stream_reader")] == [
+    assert [r.getMessage() for r in caplog.records if r.name.endswith("absences")] == [
         "brokers ['broker-b'] are not registered with the name server; their queues resume when they return",
         "brokers ['broker-b'] are back",
     ]

@@ -1,0 +1,151 @@
+"""Which replica of a broker name to ask, as RocketMQ's own clients choose, and how that changes.
+
+A broker name is served by a master (brokerId 0 in the routes) and any number of slaves (ids 1
+and up), or by a DLedger group or a controller-mode group whose master moves between hosts. The
+routes list who serves now; a reader pulls from:
+
+1. the replica the broker suggested in its last pull answer (``suggestWhichBrokerId``: a slave
+   while the master's data has left memory and slave reads are on), if it is listed;
+2. else the master, if it is listed;
+3. else a slave, lowest id first (4.9 slaves always serve pulls; 5.x slaves only with
+   ``slaveReadEnable``, and otherwise answer "[REJECTREQUEST]system busy", which means "ask
+   another replica").
+
+An address that failed to answer or refused is passed over for ``PASSED_OVER_S`` while another
+replica is listed, and the routes are asked again (at most every ``MIN_ROUTE_REFRESH_S`` per
+topic), so a new master elected at another address is found within a second of being
+registered. Offsets are the same on every replica, so any replica serves a planned range.
+
+Writes and the group's stored offsets go only to a master (``master``). An acting master (a slave
+that 5.x name servers list as brokerId 0 while ``enableActingMaster`` is on and the master is
+down) is taken for the master, as the Java client does: the routes are all it sees.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError, TopicNotFoundError
+from rocketmq_spark.remoting.route import MASTER_BROKER_ID, TopicRoute
+
+# How long routes are trusted before the name server is asked again, when nothing failed.
+ROUTE_REFRESH_S = 10.0
+# The least time between two route requests of one topic that a failure sends: a broker that
+# stays down must not turn every pull into a name-server request.
+MIN_ROUTE_REFRESH_S = 1.0
+# How long an address that failed or refused is asked only when no other replica is listed.
+PASSED_OVER_S = 10.0
+# The remark a 5.x broker's remoting layer sends with code 2 (SYSTEM_BUSY) when its processor
+# rejects the request: on a slave without slaveReadEnable, every pull.
+REJECTED_REMARK = "[REJECTREQUEST]"
+
+
+def read_order(addresses: Mapping[int, str], suggested: int | None = None,
+               passed_over: Collection[str] = ()) -> list[str]:
+    """The addresses of one broker name to pull from, best first: the suggested replica, the
+    master, the slaves by id; those passed over go last, in the same order."""
+    ids = sorted(addresses, key=lambda i: (i != suggested, i != MASTER_BROKER_ID, i))
+    ordered = [addresses[i] for i in ids]
+    return [a for a in ordered if a not in passed_over] + [a for a in ordered if a in passed_over]
+
+
+def rejected(error: RocketMQError) -> bool:
+    """Whether a broker refused a request because of what it is (a slave that does not serve
+    reads), not because it is busy: the request goes to another replica, not back after a pause."""
+    return REJECTED_REMARK in str(error)
+
+
+@dataclass
+class _Topic:
+    route: TopicRoute | None = None
+    asked_at: float | None = None  # when the name server was last asked
+    stale: bool = False  # a failure since then: ask again as soon as MIN_ROUTE_REFRESH_S allows
+
+
+@dataclass
+class Replicas:
+    """The routes of the topics a process reads or writes, and the addresses that failed lately.
+
+    Safe to share between threads (one lock); the driver and every task of an executor process
+    ask one per client configuration.
+    """
+
+    fetch_route: Callable[[str], TopicRoute]
+    clock: Callable[[], float] = time.monotonic
+    _topics: dict[str, _Topic] = field(default_factory=dict)
+    _passed_over: dict[str, float] = field(default_factory=dict)  # address -> until when
+    _suggested: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (topic, broker, queue) -> id
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def route(self, topic: str, fresh: bool = False) -> TopicRoute:
+        """The topic's route, asked again when older than ``ROUTE_REFRESH_S``, after a failure
+        (at most every ``MIN_ROUTE_REFRESH_S``), or when ``fresh``."""
+        with self._lock:
+            entry = self._topics.setdefault(topic, _Topic())
+            now = self.clock()
+            age = None if entry.asked_at is None else now - entry.asked_at
+            due = (entry.route is None or fresh or age is None or age >= ROUTE_REFRESH_S
+                   or (entry.stale and age >= MIN_ROUTE_REFRESH_S))
+            if not due:
+                assert entry.route is not None
+                return entry.route
+            entry.asked_at, entry.stale = now, False
+        try:
+            route = self.fetch_route(topic)
+        except TopicNotFoundError:
+            with self._lock:
+                entry.route = None
+            raise
+        with self._lock:
+            entry.route = route
+        return route
+
+    def read_addresses(self, topic: str, broker_name: str, queue_id: int | None = None) -> list[str]:
+        """The addresses to pull a queue of ``broker_name`` from, best first (see the module's
+        rules); empty while no replica of it is registered."""
+        broker = self.route(topic).brokers.get(broker_name)
+        if broker is None:
+            return []
+        with self._lock:
+            suggested = None if queue_id is None else self._suggested.get((topic, broker_name, queue_id))
+            now = self.clock()
+            passed = {a for a, until in self._passed_over.items() if until > now}
+        return read_order(broker.addresses, suggested, passed)
+
+    def read_address(self, topic: str, broker_name: str, queue_id: int | None = None) -> str:
+        """The best address to pull from; raises ``NoReplicaError`` while none is registered."""
+        addresses = self.read_addresses(topic, broker_name, queue_id)
+        if not addresses:
+            raise NoReplicaError(broker_name, [])
+        return addresses[0]
+
+    def master(self, topic: str, broker_name: str) -> str | None:
+        """The master's address (brokerId 0), where writes and stored offsets go; None while the
+        broker name has none."""
+        broker = self.route(topic).brokers.get(broker_name)
+        return None if broker is None else broker.master_address
+
+    def suggest(self, topic: str, broker_name: str, queue_id: int, broker_id: int) -> None:
+        """Keep a pull answer's ``suggestWhichBrokerId`` for the queue's next pull."""
+        with self._lock:
+            self._suggested[(topic, broker_name, queue_id)] = broker_id
+
+    def failed(self, address: str, topic: str | None = None) -> None:
+        """An address did not answer or refused: pass it over for a while, and ask the routes of
+        ``topic`` (of every topic if None) again soon, as a new master may be registered elsewhere."""
+        with self._lock:
+            self._passed_over[address] = self.clock() + PASSED_OVER_S
+            for name, entry in self._topics.items():
+                if topic is None or name == topic:
+                    entry.stale = True
+            # A hint that named a replica that just failed is dropped.
+            self._suggested = {k: v for k, v in self._suggested.items() if topic is not None and k[0] != topic}
+
+    def answered(self, address: str) -> None:
+        """An address answered: it is asked again like any other."""
+        if address in self._passed_over:
+            with self._lock:
+                self._passed_over.pop(address, None)

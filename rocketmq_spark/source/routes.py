@@ -1,0 +1,175 @@
+"""The driver's view of where the source's queues are served: routes, and which brokers answer.
+
+Built on ``remoting.replicas`` (which replica of a broker name to ask, shared with the executors):
+this module adds what only the driver needs. Per queue the address its offsets are asked at (the
+master, or a replica that serves reads while no master is listed), per queue the master's address
+where the group's offsets are stored (none while a broker name has no master: those commits wait),
+brokers that are registered but do not answer, and brokers reached at a new address or over a new
+connection (a restart, an election), whose stored offsets must be written again.
+
+Routes come from the name server at most every ``ROUTE_REFRESH_S``, and again at once after a
+broker request failed (a broker that went away) or a broker listed queues the route lacks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.errors import (
+    BrokersUnreachableError, ConfigurationError, QueueNotRoutedError, RocketMQError, TopicNotFoundError,
+)
+from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
+
+__all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
+
+
+class QueueRoutes:
+    """Routes of the source's topics as the driver uses them, and the brokers' liveness."""
+
+    def __init__(self, options: SourceOptions, client: RocketMQClient, clock: Callable[[], float] = time.monotonic,
+                 ) -> None:
+        self.options = options
+        self.client = client
+        self.replicas = Replicas(client.topic_route, clock)
+        self.retry: Retry = options.start_retry  # the offset reader switches it when the query runs
+        self._clock = clock
+        self._addresses: dict[MessageQueue, str] = {}  # where each queue's offsets are asked
+        self._masters: dict[str, str] = {}  # broker name -> its master's address, where one is listed
+        self._routes_at: float | None = None
+        self._seen: dict[str, tuple[str, int]] = {}  # broker name -> (master address, connections), last look
+        # Brokers that are registered but did not answer a running stream, since when (clock time):
+        # their queues are held, as those of a broker that went away are (see ``hold_unreachable``).
+        self.unreachable: dict[str, float] = {}
+
+    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
+        """Every readable queue of the source's topics, with the address to ask its offsets at.
+
+        Routes younger than ``ROUTE_REFRESH_S`` are reused unless ``fresh``. A topic the name
+        server does not know is a configuration error when a query starts; once it runs
+        (``missing_ok``) it means that no broker serving the topic is registered right now.
+        """
+        now = self._clock()
+        if not fresh and self._routes_at is not None and now - self._routes_at < ROUTE_REFRESH_S:
+            return dict(self._addresses)
+        found: dict[MessageQueue, str] = {}
+        masters: dict[str, str] = {}
+        for topic in self.options.topics:
+            try:
+                route = self.retry.call(partial(self.replicas.route, topic, fresh=True), f"route of {topic}")
+            except TopicNotFoundError as err:
+                if missing_ok:
+                    continue
+                raise ConfigurationError(
+                    TOPIC, f"topic '{self.options.display_topic(topic)}' does not exist on "
+                    f"{';'.join(self.options.client.name_servers)}",
+                    "Create it, or check the topic name and the nameServer option") from err
+            masters.update({name: b.master_address for name, b in route.brokers.items() if b.master_address})
+            for queue in route.readable_queues():
+                addresses = self.replicas.read_addresses(topic, queue.broker_name)
+                if addresses:
+                    found[queue] = addresses[0]
+        self._addresses, self._masters = found, masters  # replaced whole: other threads read them
+        self._routes_at = now
+        return dict(found)
+
+    @property
+    def listed(self) -> Mapping[MessageQueue, str]:
+        """The last routes, as they are: not asked again however old."""
+        return self._addresses
+
+    def changed(self, failed: Iterable[str] = ()) -> None:
+        """Ask the name server again next time: a broker failed (its ``failed`` addresses are asked
+        last while another replica is listed) or knows queues the route lacks."""
+        for address in failed:
+            self.replicas.failed(address)
+        self._routes_at = None
+
+    def address(self, queue: MessageQueue) -> str:
+        """Where the queue's offsets are asked; a queue no route lists is a configuration error."""
+        if queue not in self._addresses:
+            self.queues(fresh=True)
+        if queue not in self._addresses:
+            raise ConfigurationError(STARTING_OFFSETS, f"queue {queue} does not exist",
+                                     "Name only queues the topic's route lists")
+        return self._addresses[queue]
+
+    def masters(self) -> dict[MessageQueue, str]:
+        """The queues whose broker name has a master that answered last time, with its address:
+        where the group's offsets are stored and read back, and the group's members listed."""
+        return {q: self._masters[q.broker_name] for q in self._addresses
+                if q.broker_name in self._masters and q.broker_name not in self.unreachable}
+
+    def broker_addresses(self) -> set[str]:
+        """The masters of the last routes (a broker each, or a proxy): safe to ask from another
+        thread, as the routes are replaced whole, never changed in place."""
+        return set(self._masters.values())
+
+    def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
+        """Of queues missing from the routes, those whose broker is not registered right now.
+
+        A stopped or restarting broker drops out of the routes; its queues come back with it, so
+        they are waited for, not lost; so are those of a registered broker that does not answer.
+        A queue whose broker is up but no longer lists it is gone.
+        """
+        queues = set(absent)
+        if not queues:
+            return set()
+        live = self.retry.call(self.client.live_brokers, "cluster info")
+        if live is None:
+            return queues
+        # A broker that registered again between the routes and this answer lists its queues
+        # again by now: only a queue still missing from fresh routes is gone.
+        back = self.queues(missing_ok=True, fresh=True)
+        return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
+
+    def reconnected(self) -> frozenset[str]:
+        """Broker names whose master this driver reaches at a new address (an election, a slave
+        promoted, a master back after its slave served) or over a new connection since it last
+        asked; the first look does not count.
+
+        A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
+        its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval);
+        a new master has only what its replication had copied. The caller stores them again.
+        """
+        again = set()
+        for broker, address in self._masters.items():
+            now = (address, self.client.connections_opened(address))
+            if self._seen.setdefault(broker, now) != now:
+                again.add(broker)
+                self._seen[broker] = now
+        return frozenset(again)
+
+    def hold_unreachable(self, wanted: list[MessageQueue], answered: set[str],
+                         unanswered: Mapping[str, RocketMQError]) -> list[MessageQueue]:
+        """Of ``wanted``, the queues to ask one by one: not those of registered brokers that did not
+        answer, unless no broker has answered for ``retryBudgetMs`` (then the query fails)."""
+        now = self._clock()
+        for broker in answered:
+            self.unreachable.pop(broker, None)
+        for broker in unanswered:
+            self.unreachable.setdefault(broker, now)
+        held = [q for q in wanted if q.broker_name in unanswered]
+        rest = [q for q in wanted if q.broker_name not in unanswered]
+        budget = self.options.retry.budget_s
+        if held and not answered and not rest and all(now - t >= budget for t in self.unreachable.values()):
+            brokers = sorted({q.broker_name for q in held})
+            raise BrokersUnreachableError(brokers, budget, unanswered[brokers[0]])
+        return rest
+
+    def routed(self, queue: MessageQueue) -> str:
+        """The address of a queue that a batch in Spark's offset log reads, waiting for its broker
+        for ``retryBudgetMs`` if it is away, with routes asked again while waiting."""
+        def attempt() -> str:
+            if queue not in self._addresses:
+                self.queues(missing_ok=True, fresh=True)
+            if queue not in self._addresses:
+                raise QueueNotRoutedError(queue.broker_name, str(queue))
+            return self._addresses[queue]
+
+        return self.options.retry.call(attempt, f"route of {queue}")
