@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from typing import TypeVar
 
 from rocketmq_spark.model import MessageQueue
