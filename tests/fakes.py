@@ -1,31 +1,116 @@
-"""The fakes several unit test modules share: the offset reader, brokers answering the driver's
-requests, and the members of a consumer group as brokers see them."""
+"""The fakes several unit test modules share, each held to the real class it stands in for.
+
+For each fake, a ``Protocol`` names what the code under test uses of the real class: the fake
+subclasses it (so the type checker compares each of its methods with the protocol's), and a
+function below returns the real class as the protocol (so the real class is compared too). A
+signature changed on either side then fails the type check instead of leaving the fake behind:
+
+    python -m mypy --ignore-missing-imports --follow-imports=silent tests/fakes.py
+
+(``--follow-imports=silent``: the modules imported are read for their types; their own findings
+are not this check's.)
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.client import DEFAULT_WINDOW, RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode, ResponseCode
+from rocketmq_spark.remoting.connection import ServerRequestHandler
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.membership import NO_CONSUMER_REMARK
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.commits import CommitResult
+from rocketmq_spark.source.group import Caller
+from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.starts import BrokerOffsets
 from tests.support import ADDRESS, BROKERS, PERM_READ_WRITE, TOPICS, VERSION_5_3_3
+
+T = TypeVar("T")
 
 MEMBERSHIP_CODES = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
                               RequestCode.GET_CONSUMER_LIST_BY_GROUP})
 
 
+# ------------------------------------------------------------------------------ the protocols
+
+
+class GroupClient(Protocol):
+    """What the stream reader and its group watch use of the offset reader's ``RocketMQClient``:
+    answering what brokers ask a registered member, and sending calls."""
+
+    def serve(self, handler: ServerRequestHandler | None) -> None: ...
+
+    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
+                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]: ...
+
+
+class BrokerClient(GroupClient, Protocol):
+    """What the offset reader and its commits use of ``RocketMQClient`` besides."""
+
+    def topic_route(self, topic: str) -> TopicRoute: ...
+
+    def live_brokers(self) -> frozenset[str] | None: ...
+
+    def connections_opened(self, address: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class OffsetQuestions(Protocol):
+    """What the stream and batch readers (and the start rules they call) ask ``OffsetReader``.
+    Flags the readers pass by name are keyword-only here, so that renaming one fails the check."""
+
+    def queues(self, *, missing_ok: bool = False) -> dict[MessageQueue, str]: ...
+
+    def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]: ...
+
+    def planned_address(self, queue: MessageQueue) -> str: ...
+
+    def broker_addresses(self) -> set[str]: ...
+
+    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
+
+    def max_offsets(self, queues: Iterable[MessageQueue], *, hold_unreachable: bool = False) -> OffsetMap: ...
+
+    def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap: ...
+
+    def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]: ...
+
+    def group_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int]: ...
+
+    def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult: ...
+
+    def reconnected(self) -> frozenset[str]: ...
+
+    def running(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Offsets(OffsetQuestions, Protocol):
+    """All the readers use of ``OffsetReader``: its questions and two attributes. The fake
+    subclasses only the questions and is held to these attributes below: a property a subclass
+    inherits would, at run time, refuse the fake's own attribute of the same name."""
+
+    @property
+    def client(self) -> GroupClient: ...
+
+    @property
+    def unreachable(self) -> Mapping[str, float]: ...
+
+
 # ---------------------------------------------------------------------------------- the fakes
 
 
-class FakeMembers:
+class FakeMembers(GroupClient):
     """Brokers as a consumer group's members see them: heartbeats register the client id of their
     body on the broker they reach, UNREGISTER_CLIENT removes it, and GET_CONSUMER_LIST_BY_GROUP
     answers as a broker does (SYSTEM_ERROR for a group without members). One group's members per
@@ -39,14 +124,15 @@ class FakeMembers:
         self.down: set[str] = set()
         self.handler: Any = None  # what answers the requests a broker sends the member on its own
 
-    def serve(self, handler: Any) -> None:
+    def serve(self, handler: ServerRequestHandler | None) -> None:
         self.handler = handler
 
     def listed(self, address: str) -> set[str]:
         return self.others | self.members.setdefault(address, set())
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
-        outcomes: list[Any] = []
+    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
+                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
+        outcomes: list[T | RocketMQError] = []
         for address, call in addressed:
             self.sent.append((address, call.code))
             if address in self.down:
@@ -76,7 +162,7 @@ class FakeMembers:
         raise AssertionError(f"unexpected request {call.code}")
 
 
-class FakeOffsets:
+class FakeOffsets(OffsetQuestions):
     """A topic's queues as the brokers would describe them: ``[min, max)`` per queue, the group's
     stored offsets, the store time of each offset, and brokers that are away."""
 
@@ -152,7 +238,7 @@ class FakeOffsets:
         pass
 
 
-class FakeBrokers:
+class FakeBrokers(BrokerClient):
     """Brokers holding ``[0, messages)`` on every queue of the topics, counting every request.
 
     They answer with the bytes a broker sends (topic stats as fastjson, offsets in header fields),
@@ -192,19 +278,20 @@ class FakeBrokers:
         self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
         return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
 
-    def serve(self, handler: Any) -> None:
+    def serve(self, handler: ServerRequestHandler | None) -> None:
         """Requests brokers send the stream's client on their own: none in these tests."""
 
     def connections_opened(self, address: str) -> int:
         return self.connections.setdefault(address, 1)
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
+    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
+                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
         self.rounds += 1
         # The (broker, topic) offset tables of the group before this round, and the queues each
         # table created in this round holds (see UPDATE_CONSUMER_OFFSET below).
         self.tables = {(q.broker_name, q.topic) for q in self.stored}
         self.created: dict[tuple[str, str], list[MessageQueue]] = {}
-        outcomes = []
+        outcomes: list[T | RocketMQError] = []
         for address, call in addressed:
             self.sent.append(call.code)
             if any(self.address(broker) == address for broker in self.away):
@@ -263,17 +350,17 @@ class FakeBrokers:
             if self.group_known is not None:
                 self.group_known.add(queue.broker_name)  # autoCreateSubscriptionGroup
             return RemotingCommand(ResponseCode.PULL_NOT_FOUND, ext_fields={
-                "nextBeginOffset": fields["queueOffset"], "minOffset": "0", "maxOffset": str(self.max[queue])})
+                "nextBeginOffset": str(fields["queueOffset"]), "minOffset": "0", "maxOffset": str(self.max[queue])})
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             if self.group_known is not None and queue.broker_name not in self.group_known:
                 return RemotingCommand(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="subscription group not exist")
-            table = (queue.broker_name, queue.topic)
-            if table not in self.tables:
+            table_key = (queue.broker_name, queue.topic)
+            if table_key not in self.tables:
                 # A broker creates the table at the first commit (check, then put): of first
                 # commits handled at once, the last table put wins and the others' offsets are lost.
-                for lost in self.created.pop(table, []):
+                for lost in self.created.pop(table_key, []):
                     del self.stored[lost]
-                self.created[table] = [queue]
+                self.created[table_key] = [queue]
             self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
             return RemotingCommand(ResponseCode.SUCCESS)
         raise AssertionError(f"unexpected request {code}")
@@ -281,3 +368,28 @@ class FakeBrokers:
     def close(self) -> None:
         pass
 
+
+# ------------------------------------------------------------- the real classes, checked too
+
+
+def _real_client(client: RocketMQClient) -> BrokerClient:
+    return client
+
+
+def _real_offsets(reader: OffsetReader) -> Offsets:
+    return reader
+
+
+def _fake_offsets(fake: FakeOffsets) -> Offsets:
+    """The attributes, which FakeOffsets does not inherit from the protocol."""
+    return fake
+
+
+def _fake_offsets_for_the_start_rules(fake: FakeOffsets) -> BrokerOffsets:
+    """The start rules take the offset reader as a protocol of their own (starts.BrokerOffsets)."""
+    return fake
+
+
+def _fake_members_for_the_group_watch(fake: FakeMembers) -> Caller:
+    """The group watch takes its client as a protocol of its own (group.Caller)."""
+    return fake

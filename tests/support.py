@@ -18,7 +18,7 @@ from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 if TYPE_CHECKING:  # the fakes import the constants below, so only the type checker goes the other way
-    from tests.fakes import FakeOffsets
+    from tests.fakes import Offsets
 
 # The topic of the fake offset reader (FakeOffsets) and three of its queues on two brokers.
 TOPIC = "orders"
@@ -45,7 +45,7 @@ def options(streaming: bool = True, **extra: str) -> SourceOptions:
     return parse_options(raw, streaming=streaming)
 
 
-def stream(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
+def stream(fake: Offsets, **extra: str) -> RocketMQStreamReader:
     """A stream reader whose offset reader is the fake."""
     return RocketMQStreamReader(options(**extra), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
 
