@@ -14,5 +14,5 @@ CLOCK_START_MS = 1_700_000_000_000
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The stream reader's clock, in epoch ms, moved by the test."""
     now = [CLOCK_START_MS]
-    monkeypatch.setattr(stream_reader, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(stream_reader, "now_ms", lambda: now[0])
     return now
