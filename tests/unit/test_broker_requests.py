@@ -10,8 +10,7 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.broker_requests import BrokerRequests
 from rocketmq_spark.source.resets import ResetInbox
-from tests.unit.test_readers import A0, A1, TOPIC, options
-from tests.unit.test_resets import notice
+from tests.support import A0, A1, TOPIC, notice, options
 
 STANDING = {A0: QueueStanding(40, 40, 55), A1: QueueStanding(30, 30, 30)}
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,13 +17,9 @@ from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import FrameReader, decode_frame
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
+from tests.captured import LENGTH_FIELD_BYTES, body, case_names, expectations, raw
 from tests.records import as_python
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-EXPECTATIONS = DATA / "captured.json"
-LENGTH_FIELD_BYTES = 4
-# The word after the frame length: serialize type in the high byte, header length below it.
-HEADER_LENGTH_MASK = 0xFFFFFF
 MAGIC_AT = 4
 SYS_FLAG_AT = 36
 BODY_LENGTH_AT = 80
@@ -54,33 +47,6 @@ SAME_AS_JAVA = {
     "tags": "tags",
     "keys": "keys",
 }
-
-
-def load_hex(path: Path) -> bytes:
-    """Hex text, whitespace ignored, ``#`` to the end of a line a comment."""
-    return bytes.fromhex("".join(line.split("#", 1)[0] for line in path.read_text().splitlines()))
-
-
-@cache
-def expectations() -> dict[str, dict[str, Any]]:
-    return json.loads(EXPECTATIONS.read_text(encoding="utf-8"))
-
-
-def case_names() -> list[str]:
-    return sorted(expectations())
-
-
-def raw(case: str) -> bytes:
-    return load_hex(DATA / expectations()[case]["file"])
-
-
-def body(case: str) -> bytes:
-    """The PULL body of a case, taken out of the frame by hand where the case is a whole frame."""
-    data = raw(case)
-    if not expectations()[case].get("frame"):
-        return data
-    header_length = int.from_bytes(data[LENGTH_FIELD_BYTES:2 * LENGTH_FIELD_BYTES], "big") & HEADER_LENGTH_MASK
-    return data[2 * LENGTH_FIELD_BYTES + header_length:]
 
 
 def records(data: bytes) -> list[bytes]:

@@ -26,8 +26,7 @@ from rocketmq_spark.records.properties import _entries
 from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from rocketmq_spark.source.schema import ARROW_SCHEMA
-from tests.unit.test_captured import body as captured_body
-from tests.unit.test_captured import case_names
+from tests.captured import body as captured_body, case_names
 from tests.records import COMPRESSORS, IPV4_BORN, IPV4_STORE, PROPERTY_BYTES, as_python, inner_message, properties_block, record
 
 FUZZ = settings(

@@ -1,6 +1,6 @@
 """Brokers that are registered but do not answer (a hung host, a network partition), and a
 batch run again while its broker is away: what the driver does, against the fake brokers of
-test_requests (real call readers, no network)."""
+tests/fakes.py (real call readers, no network)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from rocketmq_spark.source.offsets import from_spark, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
-from tests.unit.test_requests import BROKERS, TOPICS, FakeBrokers
+from tests.fakes import FakeBrokers
+from tests.support import BROKERS, TOPICS
 
 FROZEN = "broker-1"
 BUDGET_S = 30.0

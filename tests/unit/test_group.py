@@ -17,8 +17,8 @@ from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.group import GroupWatch, is_source_client, new_client_id, sharing_problem
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
-from tests.members import FakeMembers
-from tests.unit.test_readers import A0, A1, B0, FakeOffsets, spark
+from tests.fakes import FakeMembers, FakeOffsets
+from tests.support import A0, A1, B0, spark
 
 BROKERS = ("127.0.0.1:10911", "127.0.0.1:10921")
 ME = "10.0.0.1@rocketmq-spark-0123456789abcdef"

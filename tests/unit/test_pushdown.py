@@ -18,7 +18,8 @@ from rocketmq_spark.source.pushdown import Pushed, micros, push
 from rocketmq_spark.source.spark_api import (
     EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
 )
-from tests.unit.test_readers import A0, A1, B0, TOPIC, FakeOffsets, options, ranges
+from tests.fakes import FakeOffsets
+from tests.support import A0, A1, B0, TOPIC, options, ranges
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -9,128 +9,17 @@ rate limits and AvailableNow's fixed end.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
 
 import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.commits import CommitResult
-from rocketmq_spark.source.offsets import OffsetMap, to_spark
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.offsets import to_spark
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
-from rocketmq_spark.source.stream_reader import RocketMQStreamReader
-from tests.members import FakeMembers
-
-TOPIC = "orders"
-A0, A1, B0 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1), MessageQueue(TOPIC, "broker-b", 0)
-ADDRESS = {"broker-a": "127.0.0.1:10911", "broker-b": "127.0.0.1:10921"}
-
-
-class FakeOffsets:
-    """A topic's queues as the brokers would describe them: ``[min, max)`` per queue, the group's
-    stored offsets, the store time of each offset, and brokers that are away."""
-
-    def __init__(self, queues: Mapping[MessageQueue, tuple[int, int]], stored: Mapping[MessageQueue, int] | None = None,
-                 times: Mapping[MessageQueue, list[int]] | None = None) -> None:
-        self.ranges = dict(queues)
-        self.stored: dict[MessageQueue, int] = dict(stored or {})
-        self.times = dict(times or {})
-        self.away: set[str] = set()  # brokers not registered: out of the routes
-        self.frozen: set[str] = set()  # brokers registered that do not answer
-        self.unreachable: dict[str, float] = {}
-        self.commits: list[OffsetMap] = []
-        self.reconnects: set[str] = set()  # brokers reached over a new connection, until asked
-        self.running_calls = 0  # times the reader was told the query runs (long retries from then)
-        self.client = FakeMembers()  # the stream's consumer group, on the brokers
-
-    def routed(self) -> dict[MessageQueue, tuple[int, int]]:
-        return {q: r for q, r in self.ranges.items() if q.broker_name not in self.away}
-
-    def queues(self, missing_ok: bool = False) -> dict[MessageQueue, str]:
-        return {q: ADDRESS[q.broker_name] for q in sorted(self.routed())}
-
-    def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
-        return {q for q in absent if q.broker_name in self.away or q.broker_name in self.unreachable}
-
-    def address(self, queue: MessageQueue) -> str:
-        return ADDRESS[queue.broker_name]
-
-    def planned_address(self, queue: MessageQueue) -> str:
-        assert queue.broker_name not in self.away, "a batch was planned on a broker that is away"
-        return ADDRESS[queue.broker_name]
-
-    def broker_addresses(self) -> set[str]:
-        return {ADDRESS[q.broker_name] for q in self.routed()}
-
-    def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
-        return {q: self.routed()[q][0] for q in queues}
-
-    def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
-        if hold_unreachable:
-            self.unreachable = {b: self.unreachable.get(b, 0.0) for b in self.frozen}
-        assert hold_unreachable or not self.frozen, "only a running stream holds what does not answer"
-        return {q: self.routed()[q][1] for q in queues if q.broker_name not in self.frozen}
-
-    def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
-        """The first offset stored at or after the time, else the max offset."""
-        out = {}
-        for q in queues:
-            low, high = self.routed()[q]
-            out[q] = next((o for o in range(low, high) if self.times[q][o] >= timestamp_ms), high)
-        return out
-
-    def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
-        return {q: self.stored.get(q) for q in queues}
-
-    def group_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int]:
-        return {q: self.stored[q] for q in queues if q in self.stored and q.broker_name not in self.away}
-
-    def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:
-        routable = {q: o for q, o in offsets.items() if q.broker_name not in self.away}
-        self.stored.update(routable)
-        self.commits.append(routable)
-        return CommitResult(stored=routable)
-
-    def reconnected(self) -> frozenset[str]:
-        again, self.reconnects = frozenset(self.reconnects), set()
-        return again
-
-    def running(self) -> None:
-        self.running_calls += 1
-
-    def close(self) -> None:
-        pass
-
-
-def options(streaming: bool = True, **extra: str) -> SourceOptions:
-    raw = {"nameServer": "127.0.0.1:9876", "topic": TOPIC, **extra}
-    if streaming:
-        raw.setdefault("consumerGroup", "g")
-    return parse_options(raw, streaming=streaming)
-
-
-def stream(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
-    return RocketMQStreamReader(options(**extra), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
-
-
-def spark(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
-    """Offsets as Spark hands them back: through the JSON of its offset log."""
-    return json.loads(json.dumps(to_spark(offsets)))
-
-
-def ranges(parts: Iterable[Any]) -> list[tuple[MessageQueue, int, int]]:
-    """The queue ranges of the partitions, in order."""
-    out = []
-    for part in parts:
-        assert isinstance(part, RocketMQPartition)
-        for r in part.ranges:
-            assert r.address == ADDRESS[r.queue.broker_name]
-            out.append((r.queue, r.start, r.end))
-    return out
+from tests.fakes import FakeOffsets
+from tests.support import A0, A1, B0, TOPIC, options, ranges, spark, stream
 
 
 # ----------------------------------------------------------------- initialOffset

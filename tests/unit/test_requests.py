@@ -1,165 +1,26 @@
 """What the driver sends per trigger, counted against fake brokers: it must grow with brokers and
 topics, not with queues (a production topic has hundreds to thousands of queues).
 
-The fake answers with the bytes a broker sends (topic stats as fastjson, offsets in header
-fields), so the calls' own readers run as they do against a real broker.
+The fake (``tests/fakes.py``) answers with the bytes a broker sends (topic stats as fastjson,
+offsets in header fields), so the calls' own readers run as they do against a real broker.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.calls import Call, parse_topic_stats
-from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import ConnectionFailedError, DataLossError, RocketMQError
-from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
+from rocketmq_spark.remoting.calls import parse_topic_stats
+from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode
+from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
-from rocketmq_spark.source import stream_reader
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
-from tests.members import MEMBERSHIP_CODES, FakeMembers
-
-BROKERS = 4
-# The ``version`` a broker puts in its answers: 4.9.7's and 5.3.3's ordinals.
-VERSION_4_9_7 = 407
-VERSION_5_3_3 = 479
-TOPICS = ("orders", "refunds")
-PERM_READ_WRITE = 6
-
-
-class FakeBrokers:
-    """Brokers holding ``[0, messages)`` on every queue of the topics, counting every request."""
-
-    def __init__(self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10,
-                 version: int = VERSION_5_3_3) -> None:
-        self.version = version
-        self.queues_per_broker = queues_per_broker
-        self.topic_stats = topic_stats
-        self.max = {MessageQueue(t, f"broker-{b}", q): messages
-                    for t in TOPICS for b in range(BROKERS) for q in range(queues_per_broker)}
-        self.stored: dict[MessageQueue, int] = {}
-        self.sent: list[int] = []  # request codes, in order
-        self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
-        self.deleted: set[str] = set()  # topics whose config the brokers no longer hold
-        self.rounds = 0  # call_many calls
-        # Brokers that know the group; None = every broker does (offsets of any group are taken).
-        self.group_known: set[str] | None = None
-        self.members = FakeMembers()  # the stream's consumer group
-        self.connections: dict[str, int] = {}  # connections opened per address, as the pool counts them
-
-    @staticmethod
-    def address(broker: str) -> str:
-        return f"127.0.0.{int(broker.rsplit('-', 1)[1]) + 1}:10911"
-
-    def topic_route(self, topic: str) -> TopicRoute:
-        self.sent.append(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-        names = [f"broker-{b}" for b in range(BROKERS) if f"broker-{b}" not in self.away]
-        return TopicRoute(
-            topic,
-            tuple(QueueData(n, self.queues_per_broker, self.queues_per_broker, PERM_READ_WRITE) for n in names),
-            {n: BrokerData(n, {0: self.address(n)}) for n in names},
-        )
-
-    def live_brokers(self) -> frozenset[str]:
-        self.sent.append(RequestCode.GET_BROKER_CLUSTER_INFO)
-        return frozenset(f"broker-{b}" for b in range(BROKERS)) - self.away
-
-    def serve(self, handler: Any) -> None:
-        """Requests brokers send the stream's client on their own: none in these tests."""
-
-    def connections_opened(self, address: str) -> int:
-        return self.connections.setdefault(address, 1)
-
-    def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
-        self.rounds += 1
-        # The (broker, topic) offset tables of the group before this round, and the queues each
-        # table created in this round holds (see UPDATE_CONSUMER_OFFSET below).
-        self.tables = {(q.broker_name, q.topic) for q in self.stored}
-        self.created: dict[tuple[str, str], list[MessageQueue]] = {}
-        outcomes = []
-        for address, call in addressed:
-            self.sent.append(call.code)
-            if any(self.address(broker) == address for broker in self.away):
-                outcomes.append(ConnectionFailedError(f"cannot connect to {address}: refused"))
-                continue
-            try:
-                response = self.members.answer(address, call) if call.code in MEMBERSHIP_CODES else self.answer(call)
-                response.version = self.version
-                outcomes.append(call.read(response, address))
-            except RocketMQError as err:
-                outcomes.append(err)
-        return outcomes
-
-    def answer(self, call: Call[Any]) -> RemotingCommand:
-        fields = call.fields
-        code = call.code
-        if code == RequestCode.GET_ALL_CONSUMER_OFFSET:
-            tables: dict[str, list[str]] = {}
-            for q, offset in self.stored.items():
-                if q.broker_name == fields["bname"]:
-                    tables.setdefault(f"{q.topic}@g", []).append(f"{q.queue_id}:{offset}")
-            body = ",".join(f'"{name}":{{' + ",".join(entries) + "}" for name, entries in tables.items())
-            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + body + "}}").encode())
-        if code == RequestCode.GET_TOPIC_STATS_INFO:
-            if fields["topic"] in self.deleted:
-                return RemotingCommand(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{fields['topic']}] not exist")
-            if not self.topic_stats:
-                return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
-            table = ",".join(
-                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
-                + json.dumps({"lastUpdateTimestamp": 0, "maxOffset": high, "minOffset": 0})
-                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
-            )
-            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + table + '}}').encode())
-        if code == RequestCode.GET_CONSUME_STATS:
-            if not self.topic_stats:  # a proxy serves neither
-                return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
-            table = ",".join(
-                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
-                + json.dumps({"brokerOffset": high, "consumerOffset": self.stored.get(q, 0), "lastTimestamp": 0})
-                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
-            )
-            return RemotingCommand(ResponseCode.SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + table + '}}').encode())
-        queue = MessageQueue(str(fields["topic"]), str(fields["bname"]), int(fields["queueId"]))  # type: ignore[call-overload]
-        if code == RequestCode.GET_MAX_OFFSET:
-            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.max[queue])})
-        if code == RequestCode.GET_MIN_OFFSET:
-            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
-        if code == RequestCode.QUERY_CONSUMER_OFFSET:
-            if queue not in self.stored:
-                if self.version < FIRST_5X_VERSION:  # 4.9 ignores setZeroIfNotFound
-                    return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
-                return RemotingCommand(ResponseCode.QUERY_NOT_FOUND)
-            return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.stored[queue])})
-        if code == RequestCode.PULL_MESSAGE:
-            if self.group_known is not None:
-                self.group_known.add(queue.broker_name)  # autoCreateSubscriptionGroup
-            return RemotingCommand(ResponseCode.PULL_NOT_FOUND, ext_fields={
-                "nextBeginOffset": fields["queueOffset"], "minOffset": "0", "maxOffset": str(self.max[queue])})
-        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
-            if self.group_known is not None and queue.broker_name not in self.group_known:
-                return RemotingCommand(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="subscription group not exist")
-            table = (queue.broker_name, queue.topic)
-            if table not in self.tables:
-                # A broker creates the table at the first commit (check, then put): of first
-                # commits handled at once, the last table put wins and the others' offsets are lost.
-                for lost in self.created.pop(table, []):
-                    del self.stored[lost]
-                self.created[table] = [queue]
-            self.stored[queue] = int(fields["commitOffset"])  # type: ignore[call-overload]
-            return RemotingCommand(ResponseCode.SUCCESS)
-        raise AssertionError(f"unexpected request {code}")
-
-    def close(self) -> None:
-        pass
+from tests.fakes import FakeBrokers
+from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3
 
 
 def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]:
@@ -196,14 +57,6 @@ def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
         reader, end = started(brokers)
         counts.append(len(idle_trigger(reader, end, brokers)))
     assert counts[0] == counts[1]
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The stream reader's clock, in epoch ms, moved by the test."""
-    now = [1_700_000_000_000]
-    monkeypatch.setattr(stream_reader, "now_ms", lambda: now[0])
-    return now
 
 
 def test_without_topic_stats_an_idle_trigger_asks_only_for_stored_and_max_offsets(clock: list[int]) -> None:

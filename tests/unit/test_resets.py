@@ -4,7 +4,6 @@ The integration tests make the same resets with each release's own mqadmin."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -12,8 +11,6 @@ import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client_requests import read_offset_reset
-from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S
 from rocketmq_spark.remoting.errors import OffsetResetError
 from rocketmq_spark.source import resets
@@ -21,9 +18,9 @@ from rocketmq_spark.source.group import HEARTBEAT_INTERVAL_S
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
 from rocketmq_spark.source.options import OnOffsetReset
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
-from rocketmq_spark.source import stream_reader
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
-from tests.unit.test_readers import A0, A1, TOPIC, FakeOffsets, ranges, spark, stream
+from tests.fakes import FakeOffsets
+from tests.support import A0, A1, TOPIC, notice, ranges, spark, stream
 
 CAUGHT_UP = 50
 END = 75
@@ -39,15 +36,6 @@ def caught_up(**extra: str) -> tuple[FakeOffsets, RocketMQStreamReader, dict[str
     assert fake.stored == {A0: CAUGHT_UP, A1: CAUGHT_UP}
     fake.ranges = {A0: (0, END), A1: (0, END)}
     return fake, reader, start
-
-
-def notice(offsets: dict[MessageQueue, int], group: str = "g") -> RemotingCommand:
-    """RESET_CONSUMER_CLIENT_OFFSET as a 4.9 broker sends it: a ResetOffsetBody in fastjson."""
-    table = ",".join(json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + f":{o}"
-                     for q, o in offsets.items())
-    return RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flag=2,
-                           ext_fields={"topic": TOPIC, "group": group, "timestamp": "1700000000000"},
-                           body=("{\"offsetTable\":{" + table + "}}").encode())
 
 
 def test_a_reset_notice_reads_as_the_queues_and_offsets() -> None:
@@ -217,14 +205,6 @@ def test_the_group_s_heartbeats_keep_the_driver_s_broker_connections_from_going_
     back from a crash (no reset looked for there). A committing stream's heartbeats use the same
     connections, so they must come more often than that limit, whatever the trigger interval."""
     assert HEARTBEAT_INTERVAL_S < CONNECTION_MAX_IDLE_S
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The stream reader's clock, in epoch ms, moved by the test."""
-    now = [1_700_000_000_000]
-    monkeypatch.setattr(stream_reader, "now_ms", lambda: now[0])
-    return now
 
 
 class Counted(FakeOffsets):

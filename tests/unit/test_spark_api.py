@@ -29,7 +29,8 @@ from rocketmq_spark.source.spark_api import (
     ADMISSION_CONTROL, PlainStreamReader, ReadLimit, ReadMaxRows, for_this_spark,
 )
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
-from tests.unit.test_readers import A0, A1, B0, FakeOffsets, ranges, stream
+from tests.fakes import FakeOffsets
+from tests.support import A0, A1, B0, ranges, stream
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = ReadMaxRows(5)

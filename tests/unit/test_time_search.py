@@ -25,13 +25,10 @@ from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.options import parse_options
 from tests.records import record
+from tests.support import PERM_READ_WRITE, TOPIC, VERSION_4_9_7, VERSION_5_3_3
 
-VERSION_4_9_7 = 407
-VERSION_5_3_3 = 479
-TOPIC = "orders"
 BROKER = "broker-a"
 ADDRESS = "127.0.0.1:10911"
-PERM_READ_WRITE = 6
 T0 = 1_700_000_000_000
 # One search request, then one round of pulls: what the usual case costs on 4.9.
 USUAL_ROUNDS = 2

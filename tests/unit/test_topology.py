@@ -1,5 +1,5 @@
 """Brokers that come and go and queues that leave the routes, as the stream reader plans them:
-against the fake offset reader of test_readers (no broker, no Spark job)."""
+against the fake offset reader of tests/fakes.py (no broker, no Spark job)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offsets import from_spark, starts_from_spark, to_spark
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows
-from tests.unit.test_readers import A0, A1, B0, FakeOffsets, ranges, spark, stream
+from tests.fakes import FakeOffsets
+from tests.support import A0, A1, B0, ranges, spark, stream
 
 ALL = ReadAllAvailable()
 
