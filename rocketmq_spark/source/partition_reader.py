@@ -159,11 +159,16 @@ class _RangeRead:
             return None
         result = self.sender.result(pull)
         if stalled(pull.start, result):
-            # Pulls still on the wire are left to finish unread; the range goes on after this span.
-            self.pulls.clear()
-            self.requested = pull.stop
+            # Start over from this span, pulled again until it is served; the range goes on after it.
+            self._start_over(pull.start)
             result = self.sender.until_served(pull.start, pull.stop, self.stalled_wait_s)
         return self._take(pull, result)
+
+    def _start_over(self, offset: int) -> None:
+        """Go on from ``offset`` (never back below what was handed out or reported lost), dropping
+        the pulls on the wire: they finish unread."""
+        self.pulls.clear()
+        self.accepted = self.requested = max(self.accepted, offset)
 
     def _take(self, pull: Pull, result: PullResult) -> tuple[bytes, int] | None:
         """Act on a settled answer: go on from its next begin offset if it moves past the pull's
@@ -172,15 +177,15 @@ class _RangeRead:
         start, status = pull.start, result.status
         if status in MOVES_ON and result.next_begin_offset > start:
             found = (result.body, self.accepted) if status is PullStatus.FOUND else None
+            if self.depth == 1:  # only the answer says where to go on; no other pull is on the wire
+                self._start_over(result.next_begin_offset)
+                return found
             self.accepted = max(self.accepted, result.next_begin_offset)
-            if self.depth == 1:
-                self.requested = self.accepted  # only the answer says where to go on
-            else:
-                if self.accepted < pull.stop:  # a short answer: the rest of its span goes with the next submit
-                    self.pulls.appendleft(Pull(self.accepted, pull.stop))
-                # An answer can reach past every span sent (a batch record returned whole):
-                # new spans start after it.
-                self.requested = max(self.requested, self.accepted)
+            if self.accepted < pull.stop:  # a short answer: the rest of its span goes with the next submit
+                self.pulls.appendleft(Pull(self.accepted, pull.stop))
+            # New spans start after this span (after a stall, the start-over put them inside it) and
+            # after the answer, which can reach past every span sent (a batch record returned whole).
+            self.requested = max(self.requested, self.accepted, pull.stop)
             return found
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = self._offset_moved(start, result)
@@ -193,9 +198,7 @@ class _RangeRead:
                 f"{self.rng.queue}: the broker does not serve offset {start} nor says it is gone: it answered "
                 f"{describe(result)} to it for {self.stalled_wait_s:g} s. Not skipping it; if its commit log was "
                 "being deleted, the queue's min offset passes it soon and a retry reports the loss")
-        # Start over from there; pulls still on the wire are left to finish unread.
-        self.pulls.clear()
-        self.accepted = self.requested = max(self.accepted, resume)
+        self._start_over(resume)
         return None
 
     def _offset_moved(self, start: int, result: PullResult) -> int:

@@ -516,6 +516,16 @@ def test_an_answer_that_does_not_move_on_is_pulled_again(broker: list[FakeQueue]
     assert queue.pulled_at(30) == 3
 
 
+def test_spans_after_a_stalled_span_keep_their_bounds(broker: list[FakeQueue]) -> None:
+    """A stalled span pulled again can come back short: its rest is pulled, and the spans after it
+    start where they would have without the stall, so that no two pulls ask for the same offsets."""
+    queue = Stuck(100, at=30, answers=1, cap=7)
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, pull_batch_size=10), PATIENT_WAIT_S) == list(range(100))
+    assert queue.pulled_at(30) == 2 and (37, 3) in queue.pulls
+    assert all(offset % 10 == 0 or (offset + count) % 10 == 0 for offset, count in queue.pulls)
+
+
 @pytest.mark.parametrize(("expression", "status"), [(SUBSCRIBE_ALL, "FOUND (FOUND)"),
                                                     ("TagB", "NO_MATCHED_MSG (NO_MATCHED_MESSAGE)")])
 def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker: list[FakeQueue], expression: str,
