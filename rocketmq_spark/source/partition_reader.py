@@ -19,12 +19,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from rocketmq_spark.model import ClientConfig
-from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
-from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, OffsetNotServedError, ProtocolError, QueueNotReadableError, RocketMQError,
-)
+from rocketmq_spark.remoting.client import PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
+from rocketmq_spark.source.pulls import MOVES_ON, Pull, PullSender, describe, stalled
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 
 log = logging.getLogger(__name__)
@@ -79,8 +78,10 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
             active.append(waiting.popleft())
-        with client.pulls_together():
-            _send(active)
+        _plan(active)
+        with client.pulls_together():  # every pull leaves in here: one write per broker
+            for read in active:
+                read.sender.submit(read.pulls)
         for read in active:
             found = read.receive()
             if found is not None:
@@ -95,15 +96,15 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
         yield batch
 
 
-def _send(active: list[_RangeRead]) -> None:
-    """Fill the task's window of pulls, a range at a time, so that every range gets its turn (the
-    caller sends them together)."""
-    in_flight = sum(len(read.sent) for read in active)
+def _plan(active: list[_RangeRead]) -> None:
+    """Fill the task's window of pulls with new spans, a range at a time, so that every range gets
+    its turn. Nothing is sent here: the caller submits them with the pulls the ranges already hold."""
+    in_flight = sum(len(read.pulls) for read in active)
     progress = True
     while progress and in_flight < TASK_PULLS_IN_FLIGHT:
         progress = False
         for read in active:
-            if in_flight < TASK_PULLS_IN_FLIGHT and read.send_next():
+            if in_flight < TASK_PULLS_IN_FLIGHT and read.plan_next():
                 in_flight += 1
                 progress = True
 
@@ -117,12 +118,13 @@ class _RangeRead:
     match and only the answer says where to go on, so one pull at a time is on the wire.
 
     An offset is passed only by an answer that moves past it, or by a data-loss decision
-    (``on_data_loss``) that names it.
+    (``on_data_loss``) that names it. The range's pulls are records it plans; its sender puts
+    them on the wire, inside the task's batched write.
     """
 
     def __init__(self, client: RocketMQClient, part: RocketMQPartition, index: int, rng: ReadRange,
                  stalled_wait_s: float) -> None:
-        self.client = client
+        self.sender = PullSender(client, part, rng)
         self.index = index  # of the range in its partition
         self.part = part
         self.rng = rng
@@ -130,74 +132,60 @@ class _RangeRead:
         self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
-        self.sent: deque[_Pull] = deque()
+        # In span order; those not sent yet (new spans, a short answer's rest) go with the next submit.
+        self.pulls: deque[Pull] = deque()
         self.reset_notices = 0
 
     @property
     def done(self) -> bool:
         return self.accepted >= self.rng.end
 
-    def pull_async(self, start: int, stop: int) -> PendingPull:
-        part, rng = self.part, self.rng
-        return self.client.pull_async(rng.address, rng.queue, start, group=part.group, max_messages=stop - start,
-                                      subscription=part.sub_expression, expression_type=part.expression_type)
-
-    def send_next(self) -> bool:
-        """Put the next span on the wire, if the range has one and room for it."""
-        if self.done or len(self.sent) >= self.depth or self.requested >= self.rng.end:
+    def plan_next(self) -> bool:
+        """Add the next span to the pulls to send, if the range has one and room for it."""
+        if self.done or len(self.pulls) >= self.depth or self.requested >= self.rng.end:
             return False
         stop = min(self.requested + self.part.pull_batch_size, self.rng.end)
-        self.sent.append(_Pull(self, self.requested, stop))
+        self.pulls.append(Pull(self.requested, stop))
         self.requested = stop
         return True
 
     def receive(self) -> tuple[bytes, int] | None:
         """Take the answer to the oldest span on the wire: the body it found, if any, with the
         offset below which its messages were already handed out."""
-        if not self.sent:
+        if not self.pulls:
             return None
-        pull = self.sent.popleft()
+        pull = self.pulls.popleft()
         if pull.stop <= self.accepted:  # an earlier answer reached past it (a batch record returned whole)
             return None
-        result = pull.result()
-        if _stalled(pull.start, result):
-            # Pulls still on the wire are left to finish unread; the range goes on after this span.
-            self.sent.clear()
-            self.requested = pull.stop
-            result = self._pull_until_served(pull)
+        result = self.sender.result(pull)
+        if stalled(pull.start, result):
+            # Start over from this span, pulled again until it is served; the range goes on after it.
+            self._start_over(pull.start)
+            result = self.sender.until_served(pull.start, pull.stop, self.stalled_wait_s)
         return self._take(pull, result)
 
-    def _pull_until_served(self, pull: _Pull) -> PullResult:
-        """Pull a stalled span again, with the retry policy's backoff, until an answer moves on or
-        ``stalled_wait_s`` is spent; the last answer either way."""
+    def _start_over(self, offset: int) -> None:
+        """Go on from ``offset`` (never back below what was handed out or reported lost), dropping
+        the pulls on the wire: they finish unread."""
+        self.pulls.clear()
+        self.accepted = self.requested = max(self.accepted, offset)
 
-        def attempt() -> PullResult:
-            result = _Pull(self, pull.start, pull.stop).result()
-            if _stalled(pull.start, result):
-                raise _Stalled(result)
-            return result
-
-        try:
-            return self.part.retry.within(self.stalled_wait_s).call(attempt, f"pull of {self.rng.queue} at {pull.start}")
-        except _Stalled as stalled:
-            return stalled.result
-
-    def _take(self, pull: _Pull, result: PullResult) -> tuple[bytes, int] | None:
+    def _take(self, pull: Pull, result: PullResult) -> tuple[bytes, int] | None:
         """Act on a settled answer: go on from its next begin offset if it moves past the pull's
         start, else from where the queue's bounds put the range (data loss or a reset notice),
         else fail; never one offset on by default."""
         start, status = pull.start, result.status
-        if status in _MOVES_ON and result.next_begin_offset > start:
+        if status in MOVES_ON and result.next_begin_offset > start:
             found = (result.body, self.accepted) if status is PullStatus.FOUND else None
+            if self.depth == 1:  # only the answer says where to go on; no other pull is on the wire
+                self._start_over(result.next_begin_offset)
+                return found
             self.accepted = max(self.accepted, result.next_begin_offset)
-            if self.depth == 1:
-                self.requested = self.accepted  # only the answer says where to go on
-            else:
-                if self.accepted < pull.stop:  # a short answer: the rest of its span comes next
-                    self.sent.appendleft(_Pull(self, self.accepted, pull.stop))
-                # An answer can reach past every span sent (a batch record returned whole):
-                # new spans start after it.
-                self.requested = max(self.requested, self.accepted)
+            if self.accepted < pull.stop:  # a short answer: the rest of its span goes with the next submit
+                self.pulls.appendleft(Pull(self.accepted, pull.stop))
+            # New spans start after this span (after a stall, the start-over put them inside it) and
+            # after the answer, which can reach past every span sent (a batch record returned whole).
+            self.requested = max(self.requested, self.accepted, pull.stop)
             return found
         if status is PullStatus.OFFSET_ILLEGAL:
             resume = self._offset_moved(start, result)
@@ -208,11 +196,9 @@ class _RangeRead:
         else:  # still stalled after the wait
             raise OffsetNotServedError(
                 f"{self.rng.queue}: the broker does not serve offset {start} nor says it is gone: it answered "
-                f"{_describe(result)} to it for {self.stalled_wait_s:g} s. Not skipping it; if its commit log was "
+                f"{describe(result)} to it for {self.stalled_wait_s:g} s. Not skipping it; if its commit log was "
                 "being deleted, the queue's min offset passes it soon and a retry reports the loss")
-        # Start over from there; pulls still on the wire are left to finish unread.
-        self.sent.clear()
-        self.accepted = self.requested = max(self.accepted, resume)
+        self._start_over(resume)
         return None
 
     def _offset_moved(self, start: int, result: PullResult) -> int:
@@ -257,78 +243,6 @@ class _RangeRead:
         else:
             raise OffsetNotServedError(
                 f"{rng.queue}: the broker has no message at offset {start}, below its max {result.max_offset}, and "
-                f"does not say where the queue goes on: it answered {_describe(result)} for {self.stalled_wait_s:g} s")
+                f"does not say where the queue goes on: it answered {describe(result)} for {self.stalled_wait_s:g} s")
         on_data_loss([loss], self.part.fail_on_data_loss)
         return loss.lost_to
-
-
-class _Pull:
-    """A pull of the span ``[start, stop)`` of a range, sent without waiting: answers are matched
-    to requests, so the task's thread keeps several on the wire and decodes while the broker
-    works; it reads the answers itself. If a pull fails in a way a retry can fix, ``result()``
-    pulls the same span again under the query's retry policy."""
-
-    __slots__ = ("read", "start", "stop", "_pending", "_error")
-
-    def __init__(self, read: _RangeRead, start: int, stop: int) -> None:
-        self.read = read
-        self.start = start
-        self.stop = stop
-        self._pending: PendingPull | None = None
-        self._error: RocketMQError | None = None
-        try:
-            self._pending = read.pull_async(start, stop)
-        except RocketMQError as err:
-            self._error = err
-
-    def result(self) -> PullResult:
-        try:
-            if self._pending is None:
-                assert self._error is not None
-                raise self._error
-            return self._answer(self._pending)
-        except RocketMQError as err:
-            if not err.retriable:
-                raise
-            # Debug only: many pulls meet the same outage, which the retry logs once.
-            log.debug("pull of %s at %d failed (%s); pulling it again", self.read.rng.queue, self.start, err)
-        return self.read.part.retry.call(lambda: self._answer(self.read.pull_async(self.start, self.stop)),
-                                         f"pull of {self.read.rng.queue} at {self.start}")
-
-    def _answer(self, pending: PendingPull) -> PullResult:
-        """The pull's answer; a queue the broker does not let anyone read now is waited for."""
-        try:
-            return pending.result()
-        except BrokerResponseError as err:
-            if QueueNotReadableError.refused(err):
-                raise QueueNotReadableError(str(self.read.rng.queue), err) from err
-            raise
-
-
-# Answers that hand out what they found and go on from their next begin offset, if it moves on.
-_MOVES_ON = (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG)
-
-
-class _Stalled(RocketMQError):
-    """An answer that neither serves its offset nor says it is gone: worth pulling again."""
-
-    retriable = True
-
-    def __init__(self, result: PullResult) -> None:
-        super().__init__(_describe(result))
-        self.result = result
-
-
-def _stalled(start: int, result: PullResult) -> bool:
-    """Whether an answer to a pull at ``start`` leaves it where it is, with the data maybe there."""
-    if result.status in _MOVES_ON:
-        return result.next_begin_offset <= start
-    if result.status is PullStatus.RETRY_IMMEDIATELY:
-        return result.min_offset <= start  # past the min offset, the data is gone: no use waiting
-    return result.status is PullStatus.NO_NEW_MSG  # below the planned end: not (yet) in the index
-
-
-def _describe(result: PullResult) -> str:
-    remark = f" ({result.remark})" if result.remark else ""
-    return (f"{result.status.value}{remark} with next begin offset {result.next_begin_offset}, the queue holding "
-            f"[{result.min_offset}, {result.max_offset})")

@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -137,9 +137,12 @@ class FakePending:
 
 class HeldPulls:
     """``pulls_together`` as the real client has it, checked: pulls sent inside go out only at its
-    end, so waiting for one inside would wait for ever."""
+    end, so waiting for one inside would wait for ever. Pulls sent outside one (each its own
+    write) are noted in ``unbatched`` by their offset."""
 
-    holding = False
+    def __init__(self) -> None:
+        self.holding = False
+        self.unbatched: list[int] = []
 
     @contextmanager
     def pulls_together(self) -> Iterator[None]:
@@ -149,7 +152,9 @@ class HeldPulls:
         finally:
             self.holding = False
 
-    def checked(self, pending: Any) -> Any:
+    def checked(self, offset: int, pending: Any) -> Any:
+        if not self.holding:
+            self.unbatched.append(offset)
         held = self
 
         class Checked:
@@ -164,10 +169,11 @@ class FakeClient(HeldPulls):
     """The client calls the reader makes, answered by the test's fake queue."""
 
     def __init__(self, holder: list[FakeQueue]) -> None:
+        super().__init__()
         self.holder = holder
 
-    def pull_async(self, *args: Any, **kwargs: Any) -> FakePending:
-        return self.checked(self.holder[0].pull_async(*args, **kwargs))
+    def pull_async(self, address: str, queue: MessageQueue, offset: int, **kwargs: Any) -> FakePending:
+        return self.checked(offset, self.holder[0].pull_async(address, queue, offset, **kwargs))
 
     def pull(self, *args: Any, **kwargs: Any) -> PullResult:
         return self.holder[0].pull_async(*args, **kwargs).result()
@@ -196,8 +202,10 @@ def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expressi
 
 
 def offsets(broker: list[FakeQueue], part: RocketMQPartition, wait_s: float = STALLED_WAIT_S) -> list[int]:
-    batches = list(read_partition(part, FakeClient(broker), stalled_wait_s=wait_s))  # type: ignore[arg-type]
+    client = FakeClient(broker)
+    batches = list(read_partition(part, client, stalled_wait_s=wait_s))  # type: ignore[arg-type]
     assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert client.unbatched == []  # every pull left in a batched write
     return [o for b in batches for o in b.column("queueOffset").to_pylist()]
 
 
@@ -508,6 +516,16 @@ def test_an_answer_that_does_not_move_on_is_pulled_again(broker: list[FakeQueue]
     assert queue.pulled_at(30) == 3
 
 
+def test_spans_after_a_stalled_span_keep_their_bounds(broker: list[FakeQueue]) -> None:
+    """A stalled span pulled again can come back short: its rest is pulled, and the spans after it
+    start where they would have without the stall, so that no two pulls ask for the same offsets."""
+    queue = Stuck(100, at=30, answers=1, cap=7)
+    broker.append(queue)
+    assert offsets(broker, partition(0, 100, pull_batch_size=10), PATIENT_WAIT_S) == list(range(100))
+    assert queue.pulled_at(30) == 2 and (37, 3) in queue.pulls
+    assert all(offset % 10 == 0 or (offset + count) % 10 == 0 for offset, count in queue.pulls)
+
+
 @pytest.mark.parametrize(("expression", "status"), [(SUBSCRIBE_ALL, "FOUND (FOUND)"),
                                                     ("TagB", "NO_MATCHED_MSG (NO_MATCHED_MESSAGE)")])
 def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker: list[FakeQueue], expression: str,
@@ -517,6 +535,32 @@ def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker
             f"orders/broker-a/2: the broker does not serve offset 30 nor says it is gone: it answered {status} with "
             "next begin offset 30, the queue holding [0, 100)")):
         offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression, fail_on_data_loss=False))
+
+
+def failing_pulls(max_offset: int) -> FakeQueue:
+    queue = FakeQueue(max_offset)
+    queue.failures = [1, 1, 1]
+    return queue
+
+
+@pytest.mark.parametrize(("make", "pulled_again"), [
+    (lambda m: FakeQueue(m, cap=7), lambda q: (7, 3) in q.pulls),  # the rest of [0, 10) after 7 messages
+    (lambda m: Stuck(m, at=30, answers=2), lambda q: q.pulled_at(30) == 3),  # a stalled span, twice again
+    (failing_pulls, lambda q: not q.failures and len(q.pulls) > 10),  # failed pulls, retried
+], ids=["short-answer-rest", "stalled-span", "failed-pull"])
+def test_pulls_made_after_an_answer_leave_in_a_batched_write(broker: list[FakeQueue],
+                                                            make: Callable[[int], FakeQueue],
+                                                            pulled_again: Callable[[FakeQueue], bool]) -> None:
+    """A short answer's rest, a stalled span's pulls again and a failed pull's retry go out inside
+    ``pulls_together``, as a round's new spans do: never a write of their own."""
+    queue = make(100)
+    broker.append(queue)
+    client = FakeClient(broker)
+    batches = list(read_partition(partition(0, 100, pull_batch_size=10), client,  # type: ignore[arg-type]
+                                  stalled_wait_s=PATIENT_WAIT_S))
+    assert [o for b in batches for o in b.column("queueOffset").to_pylist()] == list(range(100))
+    assert pulled_again(queue)
+    assert client.unbatched == []
 
 
 def test_a_body_decompressing_past_max_body_bytes_fails_the_read(broker: list[FakeQueue]) -> None:
@@ -545,14 +589,15 @@ class QueuesClient(HeldPulls):
     """Answers each pull from the fake queue of the queue it names."""
 
     def __init__(self, queues: dict[MessageQueue, FakeQueue]) -> None:
+        super().__init__()
         self.queues = queues
         self.active = 0
         self.most_active = 0
 
-    def pull_async(self, address: str, queue: MessageQueue, *args: Any, **kwargs: Any) -> Any:
+    def pull_async(self, address: str, queue: MessageQueue, offset: int, **kwargs: Any) -> Any:
         self.active += 1
         self.most_active = max(self.most_active, self.active)
-        pending = self.queues[queue].pull_async(address, queue, *args, **kwargs)
+        pending = self.queues[queue].pull_async(address, queue, offset, **kwargs)
         client = self
 
         class Counted:
@@ -560,7 +605,7 @@ class QueuesClient(HeldPulls):
                 client.active -= 1
                 return pending.result()
 
-        return self.checked(Counted())
+        return self.checked(offset, Counted())
 
     def max_offset(self, address: str, queue: MessageQueue) -> int:
         return self.queues[queue].max_offset
@@ -587,6 +632,7 @@ def test_a_partition_of_many_ranges_reads_each_once_in_order_with_pulls_across_t
     batches = list(read_partition(part, client, stalled_wait_s=STALLED_WAIT_S))  # type: ignore[arg-type]
     assert rows_by_queue(batches) == {q.queue_id: list(range(q.queue_id % 5, 50 - q.queue_id % 3)) for q in queues}
     assert client.most_active == reader.TASK_PULLS_IN_FLIGHT  # several ranges on the wire, never more
+    assert client.unbatched == []  # short answers' rests included
     assert len(batches) == 1  # the rows of all the ranges go out together
 
 
