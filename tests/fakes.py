@@ -72,8 +72,6 @@ class OffsetQuestions(Protocol):
 
     def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]: ...
 
-    def planned_address(self, queue: MessageQueue) -> str: ...
-
     def broker_addresses(self) -> set[str]: ...
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
@@ -189,10 +187,6 @@ class FakeOffsets(OffsetQuestions):
         return {q for q in absent if q.broker_name in self.away or q.broker_name in self.unreachable}
 
     def address(self, queue: MessageQueue) -> str:
-        return ADDRESS[queue.broker_name]
-
-    def planned_address(self, queue: MessageQueue) -> str:
-        assert queue.broker_name not in self.away, "a batch was planned on a broker that is away"
         return ADDRESS[queue.broker_name]
 
     def broker_addresses(self) -> set[str]:

@@ -287,6 +287,9 @@ class PullResult:
     max_offset: int
     body: bytes  # raw message records, decoded by rocketmq_spark.records
     remark: str = ""  # the broker's GetMessageStatus name, what errors quote
+    # The replica the broker suggests for the queue's next pull (``suggestWhichBrokerId``): 0, the
+    # master, unless slave reads are on and the data has left the master's memory.
+    suggested_broker_id: int = 0
 
 
 def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
@@ -303,6 +306,10 @@ def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: i
     }
 
 
+# The pull answer's header field naming the replica to pull from next.
+SUGGESTED_BROKER_FIELD = "suggestWhichBrokerId"
+
+
 def read_pull(response: RemotingCommand, address: str) -> PullResult:
     """A pull's answer. Code 20 (PULL_RETRY_IMMEDIATELY) is NO_MATCHED_MSG only where the remark
     says the filter matched nothing; any other code 20 is RETRY_IMMEDIATELY, data not served."""
@@ -317,6 +324,7 @@ def read_pull(response: RemotingCommand, address: str) -> PullResult:
         max_offset=int_field(response, "maxOffset"),
         body=response.body,
         remark=response.remark or "",
+        suggested_broker_id=int(response.ext_fields.get(SUGGESTED_BROKER_FIELD) or 0),
     )
 
 

@@ -111,18 +111,6 @@ class OffsetResetError(RocketMQError):
     """An operator reset the group's offsets under a query that was told to stop then."""
 
 
-class QueueNotRoutedError(RocketMQError):
-    """A queue a planned batch reads is in no route now: its broker is away (restarting, or cut
-    off from the name server) and its queues come back with it."""
-
-    retriable = True
-
-    def __init__(self, broker: str, queue: str) -> None:
-        self.broker = broker
-        super().__init__(f"broker {broker} is not registered with the name server, and the micro-batch being run "
-                         f"again reads {queue} from it; waiting for it to return")
-
-
 class NoReplicaError(RocketMQError):
     """No replica of a broker name serves a queue now: its master is down and no slave is listed,
     or every listed replica failed or refused. Retriable: a new master or a slave that catches up

@@ -44,12 +44,12 @@ REJECTED_REMARK = "[REJECTREQUEST]"
 
 
 def read_order(addresses: Mapping[int, str], suggested: int | None = None,
-               passed_over: Collection[str] = ()) -> list[str]:
-    """The addresses of one broker name to pull from, best first: the suggested replica, the
-    master, the slaves by id; those passed over go last, in the same order."""
+               passed_over: Collection[str] = ()) -> list[tuple[int, str]]:
+    """The replicas of one broker name to pull from, as (broker id, address), best first: the
+    suggested replica, the master, the slaves by id; those passed over go last, in the same order."""
     ids = sorted(addresses, key=lambda i: (i != suggested, i != MASTER_BROKER_ID, i))
-    ordered = [addresses[i] for i in ids]
-    return [a for a in ordered if a not in passed_over] + [a for a in ordered if a in passed_over]
+    ordered = [(i, addresses[i]) for i in ids]
+    return [r for r in ordered if r[1] not in passed_over] + [r for r in ordered if r[1] in passed_over]
 
 
 def rejected(error: RocketMQError) -> bool:
@@ -103,24 +103,25 @@ class Replicas:
             entry.route = route
         return route
 
-    def read_addresses(self, topic: str, broker_name: str, queue_id: int | None = None) -> list[str]:
-        """The addresses to pull a queue of ``broker_name`` from, best first (see the module's
-        rules); empty while no replica of it is registered."""
+    def read_replicas(self, topic: str, broker_name: str, queue_id: int | None = None) -> list[tuple[int, str]]:
+        """The replicas to pull a queue of ``broker_name`` from, as (broker id, address), best
+        first (see the module's rules); empty while no replica of it is registered."""
         broker = self.route(topic).brokers.get(broker_name)
         if broker is None:
             return []
         with self._lock:
             suggested = None if queue_id is None else self._suggested.get((topic, broker_name, queue_id))
             now = self.clock()
-            passed = {a for a, until in self._passed_over.items() if until > now}
+            passed = {a for a, until in self._passed_over.items() if until > now} if self._passed_over else set()
         return read_order(broker.addresses, suggested, passed)
 
-    def read_address(self, topic: str, broker_name: str, queue_id: int | None = None) -> str:
-        """The best address to pull from; raises ``NoReplicaError`` while none is registered."""
-        addresses = self.read_addresses(topic, broker_name, queue_id)
-        if not addresses:
+    def read_replica(self, topic: str, broker_name: str, queue_id: int | None = None) -> tuple[int, str]:
+        """The best replica to pull from, as (broker id, address); raises ``NoReplicaError`` while
+        none is registered."""
+        replicas = self.read_replicas(topic, broker_name, queue_id)
+        if not replicas:
             raise NoReplicaError(broker_name, [])
-        return addresses[0]
+        return replicas[0]
 
     def master(self, topic: str, broker_name: str) -> str | None:
         """The master's address (brokerId 0), where writes and stored offsets go; None while the

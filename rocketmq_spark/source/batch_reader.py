@@ -44,7 +44,7 @@ class RocketMQBatchReader(DataSourceReader):
             end = self._ending_offsets(reader, queues, latest)
             # Cut after the options' own checks, which judge the queues and offsets they name.
             start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
-            return plan_partitions(self.pushed.subscribed(self.options), start, end, addresses.__getitem__)
+            return plan_partitions(self.pushed.subscribed(self.options), start, end)
         finally:
             reader.close()
 

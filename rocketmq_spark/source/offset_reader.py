@@ -102,9 +102,6 @@ class OffsetReader:
         self.commits.forget(again)
         return again
 
-    def planned_address(self, queue: MessageQueue) -> str:
-        return self.routes.routed(queue)
-
     def address(self, queue: MessageQueue) -> str:
         return self.routes.address(queue)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
@@ -18,12 +18,13 @@ from rocketmq_spark.source.schema import COLUMNS
 
 @dataclass(frozen=True)
 class ReadRange:
-    """Offsets ``[start, end)`` of one queue, and the broker address that serves it."""
+    """Offsets ``[start, end)`` of one queue. Its broker is named, not addressed: the task pulls
+    from whichever replica serves the broker name when it runs (``remoting.replicas``), so a batch
+    Spark runs again after a failover reads the same offsets from the new master or a slave."""
 
     queue: MessageQueue
     start: int
     end: int
-    address: str
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,11 @@ class RocketMQPartition(InputPartition):
         return without_namespace(topic, self.namespace)
 
 
-def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
-                    address_of: Callable[[MessageQueue], str]) -> list[RocketMQPartition]:
-    """A partition per group of planned ranges, each range told the address of its broker."""
+def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> list[RocketMQPartition]:
+    """A partition per group of planned ranges."""
     return [
         RocketMQPartition(
-            ranges=tuple(ReadRange(r.queue, r.start, r.end, address_of(r.queue)) for r in group),
+            ranges=tuple(ReadRange(r.queue, r.start, r.end) for r in group),
             client=options.client, group=options.pull_group,
             sub_expression=options.sub_expression, expression_type=options.expression_type,
             tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
@@ -69,9 +69,9 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]],
     ]
 
 
-def plan_partitions(options: SourceOptions, start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int],
-                    address_of: Callable[[MessageQueue], str]) -> list[RocketMQPartition]:
+def plan_partitions(options: SourceOptions, start: Mapping[MessageQueue, int],
+                    end: Mapping[MessageQueue, int]) -> list[RocketMQPartition]:
     """The partitions of a batch reading ``[start, end)``, split and packed as the options ask."""
     groups = plan(start, end, min_partitions=options.min_partitions,
                   max_per_partition=options.max_messages_per_partition)
-    return make_partitions(options, groups, address_of)
+    return make_partitions(options, groups)

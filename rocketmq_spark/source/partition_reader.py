@@ -6,7 +6,8 @@ several ranges on the wire at once and reads each range in offset order. Reading
 twice yields the same rows, which is what lets Spark's checkpoint give exactly-once output.
 
 Python workers are reused across tasks, so clients are cached per process and keep their
-connections from one micro-batch to the next.
+connections from one micro-batch to the next, and so are the routes that say which replica of each
+broker name serves reads (``remoting.replicas``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pyarrow as pa
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError
-from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
+from rocketmq_spark.remoting.replicas import Replicas
+from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.pulls import MOVES_ON, Pull, PullSender, describe, stalled
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -47,17 +49,19 @@ STALLED_OFFSET_WAIT_S = 20.0
 RESET_NOTICES_PER_RANGE = 8
 
 
-_clients: dict[ClientConfig, RocketMQClient] = {}
+_clients: dict[ClientConfig, tuple[RocketMQClient, Replicas]] = {}
 _clients_lock = threading.Lock()
 
 
-def shared_client(config: ClientConfig) -> RocketMQClient:
-    """This process's client for the config, so connections outlive a single task."""
+def shared_client(config: ClientConfig) -> tuple[RocketMQClient, Replicas]:
+    """This process's client for the config and the routes it reads by, so connections and routes
+    outlive a single task."""
     with _clients_lock:
-        client = _clients.get(config)
-        if client is None:
-            client = _clients[config] = RocketMQClient(config)
-        return client
+        shared = _clients.get(config)
+        if shared is None:
+            client = RocketMQClient(config)
+            shared = _clients[config] = (client, Replicas(client.topic_route))
+        return shared
 
 
 def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None, *,
@@ -67,13 +71,14 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
     wire; their rows go out together whenever they reach the batch bounds, so memory does not
     grow with the number of ranges, nor the batches with it. ``client`` defaults to this
-    process's shared client.
+    process's shared client (a given one gets routes of its own).
     """
-    client = client or shared_client(part.client)
+    client, replicas = shared_client(part.client) if client is None else (client, Replicas(client.topic_route))
     builder = BatchBuilder([RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id,
                                      r.start, r.end) for r in part.ranges], part.tag_filter, part.max_body_bytes,
                            part.columns)
-    waiting = deque(_RangeRead(client, part, index, r, stalled_wait_s) for index, r in enumerate(part.ranges))
+    waiting = deque(_RangeRead(PullSender(client, replicas, part, r), index, stalled_wait_s)
+                    for index, r in enumerate(part.ranges))
     active: list[_RangeRead] = []
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
@@ -122,12 +127,11 @@ class _RangeRead:
     them on the wire, inside the task's batched write.
     """
 
-    def __init__(self, client: RocketMQClient, part: RocketMQPartition, index: int, rng: ReadRange,
-                 stalled_wait_s: float) -> None:
-        self.sender = PullSender(client, part, rng)
+    def __init__(self, sender: PullSender, index: int, stalled_wait_s: float) -> None:
+        self.sender = sender
         self.index = index  # of the range in its partition
-        self.part = part
-        self.rng = rng
+        self.part = part = sender.part
+        self.rng = rng = sender.rng
         self.stalled_wait_s = stalled_wait_s
         self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
         self.accepted = rng.start  # messages below this were handed out, or reported lost

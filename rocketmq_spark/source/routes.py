@@ -20,7 +20,7 @@ from functools import partial
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import (
-    BrokersUnreachableError, ConfigurationError, QueueNotRoutedError, RocketMQError, TopicNotFoundError,
+    BrokersUnreachableError, ConfigurationError, RocketMQError, TopicNotFoundError,
 )
 from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
@@ -71,9 +71,9 @@ class QueueRoutes:
                     "Create it, or check the topic name and the nameServer option") from err
             masters.update({name: b.master_address for name, b in route.brokers.items() if b.master_address})
             for queue in route.readable_queues():
-                addresses = self.replicas.read_addresses(topic, queue.broker_name)
-                if addresses:
-                    found[queue] = addresses[0]
+                replicas = self.replicas.read_replicas(topic, queue.broker_name)
+                if replicas:
+                    found[queue] = replicas[0][1]
         self._addresses, self._masters = found, masters  # replaced whole: other threads read them
         self._routes_at = now
         return dict(found)
@@ -161,15 +161,3 @@ class QueueRoutes:
             brokers = sorted({q.broker_name for q in held})
             raise BrokersUnreachableError(brokers, budget, unanswered[brokers[0]])
         return rest
-
-    def routed(self, queue: MessageQueue) -> str:
-        """The address of a queue that a batch in Spark's offset log reads, waiting for its broker
-        for ``retryBudgetMs`` if it is away, with routes asked again while waiting."""
-        def attempt() -> str:
-            if queue not in self._addresses:
-                self.queues(missing_ok=True, fresh=True)
-            if queue not in self._addresses:
-                raise QueueNotRoutedError(queue.broker_name, str(queue))
-            return self._addresses[queue]
-
-        return self.options.retry.call(attempt, f"route of {queue}")

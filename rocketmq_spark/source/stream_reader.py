@@ -201,7 +201,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = self.offsets.min_offsets(renew) if renew else {}
         full_start = {q: given.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
         self._batch = (full_start, end_map)
-        return plan_partitions(self.options, full_start, end_map, self.offsets.planned_address)
+        return plan_partitions(self.options, full_start, end_map)
 
     def _standing(self) -> dict[MessageQueue, QueueStanding]:
         """Per queue, the stored offset and the last batch planned (what consumerStatus shows).

@@ -1,6 +1,7 @@
 """Brokers that are registered but do not answer (a hung host, a network partition), and a
 batch run again while its broker is away: what the driver does, against the fake brokers of
-tests/fakes.py (real call readers, no network)."""
+tests/fakes.py (real call readers, no network). A batch run again while its broker is away waits
+on the executor (tests/unit/test_replica_reads.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.codes import RequestCode
-from rocketmq_spark.remoting.errors import BrokersUnreachableError, QueueNotRoutedError, RequestTimeoutError
-from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.errors import BrokersUnreachableError, RequestTimeoutError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark, to_spark
 from rocketmq_spark.source.options import SourceOptions, parse_options
@@ -95,24 +94,3 @@ def test_the_query_fails_naming_the_brokers_when_none_answers_for_the_budget() -
     with pytest.raises(BrokersUnreachableError, match=r"brokers broker-0, broker-1, broker-2, broker-3 are "
                                                       r"registered .* have not answered for 30 s \(retryBudgetMs\)"):
         reader.latestOffset(end, ReadAllAvailable())
-
-
-def test_a_batch_run_again_waits_for_its_broker_to_be_routed_then_names_it() -> None:
-    brokers, clock = FreezableBrokers(1), Clock()
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        clock.now += seconds
-
-    options = dataclasses.replace(stream_options(), retry=Retry(budget_s=BUDGET_S, sleep=sleep, clock=clock))
-    reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
-    queue = MessageQueue(TOPICS[0], FROZEN, 0)
-    assert reader.planned_address(queue) == brokers.address(FROZEN)
-    brokers.away.add(FROZEN)
-    reader.queues(fresh=True)
-    with pytest.raises(QueueNotRoutedError, match=f"broker {FROZEN} is not registered with the name server"):
-        reader.planned_address(queue)
-    assert waits and sum(waits) <= BUDGET_S
-    brokers.away.clear()
-    assert reader.planned_address(queue) == brokers.address(FROZEN)

@@ -43,15 +43,15 @@ def replicas(addresses: dict[int, str]) -> tuple[Replicas, FakeNameServer, Clock
 
 
 def test_the_master_is_read_while_it_is_listed() -> None:
-    assert read_order({1: SLAVE, 0: MASTER}) == [MASTER, SLAVE]
+    assert read_order({1: SLAVE, 0: MASTER}) == [(0, MASTER), (1, SLAVE)]
     found, _, _ = replicas({0: MASTER, 1: SLAVE})
-    assert found.read_address(TOPIC, "broker-a") == MASTER
+    assert found.read_replica(TOPIC, "broker-a")[1] == MASTER
     assert found.master(TOPIC, "broker-a") == MASTER
 
 
 def test_a_slave_is_read_while_no_master_is_listed_and_nothing_is_written_there() -> None:
     found, _, _ = replicas({1: SLAVE, 2: OTHER})
-    assert found.read_address(TOPIC, "broker-a") == SLAVE  # lowest id first
+    assert found.read_replica(TOPIC, "broker-a")[1] == SLAVE  # lowest id first
     assert found.master(TOPIC, "broker-a") is None
 
 
@@ -62,56 +62,56 @@ def test_a_slave_that_refuses_is_passed_over_for_another_replica() -> None:
     assert not rejected(busy)  # flow control: the same broker, after a pause
     found, _, clock = replicas({1: SLAVE, 2: OTHER})
     found.failed(SLAVE, TOPIC)
-    assert found.read_addresses(TOPIC, "broker-a") == [OTHER, SLAVE]  # the refusing one last, not gone
+    assert found.read_replicas(TOPIC, "broker-a") == [(2, OTHER), (1, SLAVE)]  # the refusing one last, not gone
     clock.now += PASSED_OVER_S
-    assert found.read_address(TOPIC, "broker-a") == SLAVE
+    assert found.read_replica(TOPIC, "broker-a")[1] == SLAVE
 
 
 def test_a_pull_answer_s_suggestion_is_followed_within_the_broker_name() -> None:
     found, _, _ = replicas({0: MASTER, 1: SLAVE})
     found.suggest(TOPIC, "broker-a", 3, 1)
-    assert found.read_address(TOPIC, "broker-a", 3) == SLAVE
-    assert found.read_address(TOPIC, "broker-a", 4) == MASTER  # per queue
+    assert found.read_replica(TOPIC, "broker-a", 3)[1] == SLAVE
+    assert found.read_replica(TOPIC, "broker-a", 4)[1] == MASTER  # per queue
     found.suggest(TOPIC, "broker-a", 3, 7)  # an id the routes do not list: the usual order
-    assert found.read_address(TOPIC, "broker-a", 3) == MASTER
+    assert found.read_replica(TOPIC, "broker-a", 3)[1] == MASTER
     found.suggest(TOPIC, "broker-a", 3, 1)
     found.failed(SLAVE, TOPIC)  # the suggested replica failed: the hint is dropped
-    assert found.read_address(TOPIC, "broker-a", 3) == MASTER
+    assert found.read_replica(TOPIC, "broker-a", 3)[1] == MASTER
 
 
 @pytest.mark.parametrize("how", ["DLedger election", "controller switch"])
 def test_a_master_that_moved_is_found_within_a_second_of_a_failure(how: str) -> None:
     found, names, clock = replicas({0: MASTER, 1: SLAVE} if how == "controller switch" else {0: MASTER})
-    assert found.read_address(TOPIC, "broker-a") == MASTER
+    assert found.read_replica(TOPIC, "broker-a")[1] == MASTER
     names.addresses = {0: OTHER} if how == "DLedger election" else {0: SLAVE}
     found.failed(MASTER, TOPIC)  # cannot connect to the old master
     asked = names.asked
     # Within the second, the old routes: the failed master goes last, after a listed slave.
-    assert found.read_address(TOPIC, "broker-a") == (MASTER if how == "DLedger election" else SLAVE)
+    assert found.read_replica(TOPIC, "broker-a")[1] == (MASTER if how == "DLedger election" else SLAVE)
     assert names.asked == asked
     clock.now += MIN_ROUTE_REFRESH_S
     new = OTHER if how == "DLedger election" else SLAVE
-    assert found.read_address(TOPIC, "broker-a") == new and found.master(TOPIC, "broker-a") == new
+    assert found.read_replica(TOPIC, "broker-a")[1] == new and found.master(TOPIC, "broker-a") == new
     assert names.asked == asked + 1
 
 
 def test_routes_are_reused_until_they_age_when_nothing_fails() -> None:
     found, names, clock = replicas({0: MASTER})
     for _ in range(3):
-        found.read_address(TOPIC, "broker-a")
+        found.read_replica(TOPIC, "broker-a")
     assert names.asked == 1
     clock.now += ROUTE_REFRESH_S
-    found.read_address(TOPIC, "broker-a")
+    found.read_replica(TOPIC, "broker-a")
     assert names.asked == 2
 
 
 def test_no_replica_at_all_is_a_retriable_error_naming_the_broker() -> None:
     found, _, _ = replicas({})
     with pytest.raises(NoReplicaError, match="broker-a") as caught:
-        found.read_address(TOPIC, "broker-a")
+        found.read_replica(TOPIC, "broker-a")
     assert caught.value.retriable and caught.value.tried == []
     with pytest.raises(NoReplicaError, match="broker-b"):  # a broker name the routes do not list
-        found.read_address(TOPIC, "broker-b")
+        found.read_replica(TOPIC, "broker-b")
 
 
 def test_an_error_after_trying_names_every_address_tried() -> None:

@@ -66,7 +66,7 @@ def test_readers_take_the_columns_of_the_schema_spark_gives() -> None:
 def test_partitions_carry_the_columns_to_the_tasks() -> None:
     options = parse_options(OPTIONS, streaming=False)
     queue = MessageQueue("t", "b", 0)
-    parts = make_partitions(replace(options, columns=("body",)), [[QueueRange(queue, 0, 1)]], lambda q: "h:1")
+    parts = make_partitions(replace(options, columns=("body",)), [[QueueRange(queue, 0, 1)]])
     assert parts[0].columns == ("body",)
 
 

@@ -38,7 +38,7 @@ def refusing() -> Iterator[Callable[[str], Listener]]:
 def test_credentials_never_show_in_a_repr() -> None:
     opts = parse_options({"nameServer": "h:1", "topic": "orders", "consumerGroup": "g", "accessKey": "ak-4d1c",
                           "secretKey": "sk-9b2e", "securityToken": "tok-51aa"}, streaming=True)
-    part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]], lambda q: "h:1")[0]
+    part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     for value in (opts, opts.client, opts.client.credentials, part):
         text = f"{value!r} {value}"
         assert "sk-9b2e" not in text and "ak-4d1c" not in text and "tok-51aa" not in text

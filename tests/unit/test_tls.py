@@ -92,7 +92,7 @@ def test_the_trust_bundle_is_read_at_load_and_travels_as_text(certs: dict[str, C
     bundle.write_text(certs["both"].ca_cert.read_text())
     opts = parse_options({**BASE, "TLS": "true", "tlstrustcertpath": str(bundle)}, streaming=True)
     assert opts.client.tls_trust_pem == bundle.read_text() and opts.client.tls_trust_path == str(bundle)
-    part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]], lambda q: "h:1")[0]
+    part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     bundle.unlink()  # an executor has no such file: what it gets is the pickled partition
     shipped = pickle.loads(pickle.dumps(part))
     context = client_context(shipped.client)
