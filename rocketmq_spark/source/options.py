@@ -17,7 +17,7 @@ from rocketmq_spark.model import (  # the parsers are where the subscription wor
     EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers,
     parse_tag_expression,
 )
-from rocketmq_spark import model
+from rocketmq_spark.model import now_ms as wall_clock_ms
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
@@ -234,7 +234,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
     rule is checked but those of one kind only (a stream's group, a batch's ending options).
     """
-    now = model.now_ms() if now_ms is None else now_ms
+    now = wall_clock_ms() if now_ms is None else now_ms
     reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED)
     name_servers = parse_name_servers(reader.required(
         NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
