@@ -202,7 +202,7 @@ def test_requests_per_idle_trigger_do_not_grow_with_queues() -> None:
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The stream reader's clock, in epoch ms, moved by the test."""
     now = [1_700_000_000_000]
-    monkeypatch.setattr(stream_reader, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(stream_reader, "now_ms", lambda: now[0])
     return now
 
 

@@ -223,7 +223,7 @@ def test_the_group_s_heartbeats_keep_the_driver_s_broker_connections_from_going_
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The stream reader's clock, in epoch ms, moved by the test."""
     now = [1_700_000_000_000]
-    monkeypatch.setattr(stream_reader, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(stream_reader, "now_ms", lambda: now[0])
     return now
 
 
