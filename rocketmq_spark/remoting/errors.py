@@ -1,4 +1,5 @@
-"""Every exception the project raises.
+"""The exceptions of the client and the decoders (``rocketmq_spark.config.errors`` adds the one
+of a user option).
 
 Each class says, through ``retriable``, whether repeating the operation (possibly
 on a fresh connection) can succeed, so callers decide on retries without
@@ -83,19 +84,6 @@ class ProtocolError(RocketMQError):
 
 class BodyTooLargeError(ProtocolError):
     """A message body decompresses past the bound a task allows; the message names the message."""
-
-
-class ConfigurationError(RocketMQError, ValueError):
-    """A user option is missing or invalid.
-
-    The message always names the option and says how to fix it.
-    """
-
-    def __init__(self, option: str, problem: str, fix: str) -> None:
-        self.option = option
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"option '{option}': {problem}. {fix}")
 
 
 class DataLossError(RocketMQError):

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
 from rocketmq_spark.source.options import SourceOptions, parse_options
 from rocketmq_spark.source.schema import SCHEMA, checked_columns

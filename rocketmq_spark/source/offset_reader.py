@@ -22,13 +22,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, BrokersUnreachableError, ConfigurationError, ProtocolError, QueueNotRoutedError,
+    BrokerResponseError, BrokersUnreachableError, ProtocolError, QueueNotRoutedError,
     RocketMQError, TopicNotFoundError,
 )
 from rocketmq_spark.source import time_search

@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
     EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers,
     parse_tag_expression,
 )
 from rocketmq_spark.model import now_ms as wall_clock_ms
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
-from rocketmq_spark.source.option_values import OptionReader
 from rocketmq_spark.source.schema import COLUMNS
 
 # Option names exactly as documented; matching is case-insensitive.
@@ -69,6 +69,8 @@ ALL_OPTIONS = (
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
     NAMESPACE, ON_OFFSET_RESET, FILTER_PUSHDOWN,
 )
+# Whose options these are, as the error about an unknown one says.
+OWNER = "the rocketmq source"
 # Options Spark itself may add to a source's map.
 SPARK_OWNED = frozenset({"path"})
 
@@ -235,7 +237,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     rule is checked but those of one kind only (a stream's group, a batch's ending options).
     """
     now = wall_clock_ms() if now_ms is None else now_ms
-    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED)
+    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED, owner=OWNER)
     name_servers = parse_name_servers(reader.required(
         NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
     for address in name_servers:

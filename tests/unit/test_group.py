@@ -9,10 +9,11 @@ import time
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, ProtocolError
+from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError
 from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.group import GroupWatch, is_source_client, new_client_id, sharing_problem
 from rocketmq_spark.source.options import SourceOptions, parse_options

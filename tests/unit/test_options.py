@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
 from rocketmq_spark.source.options import ConsumeFromWhere, OnOffsetReset, StartingMode, parse_options
 from rocketmq_spark.source.schema import SCHEMA

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
+from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.commits import CommitResult
 from rocketmq_spark.source.offsets import OffsetMap, to_spark

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.records import columnar
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
 from rocketmq_spark.source.options import parse_options
