@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
@@ -35,7 +36,7 @@ from rocketmq_spark.remoting.errors import (
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import STARTING_OFFSETS, TLS_TRUST_CERT_PATH, TLS_VERIFY, TOPIC, SourceOptions
+from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -13,21 +13,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from rocketmq_spark.config.cluster import (
+    ACCESS_KEY, DEFAULT_PULL_TIMEOUT_MS, NAME_SERVER, NAMESPACE, PULL_TIMEOUT_MS, RETRY_BUDGET_MS, SECRET_KEY,
+    SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY, client_config, name_servers, retry_policy, with_namespace,
+    without_namespace,
+)
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
-    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers,
-    parse_tag_expression,
+    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, parse_tag_expression,
 )
 from rocketmq_spark.model import now_ms as wall_clock_ms
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
-from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
+from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json
 from rocketmq_spark.source.schema import COLUMNS
 
-# Option names exactly as documented; matching is case-insensitive.
-NAME_SERVER = "nameServer"
+# Option names exactly as documented; matching is case-insensitive. Those shared with writing
+# (nameServer, the credentials, TLS, pullTimeoutMs, namespace, retryBudgetMs) are config.cluster's.
 TOPIC = "topic"
 CONSUMER_GROUP = "consumerGroup"
 SUB_EXPRESSION = "subExpression"
@@ -48,16 +51,6 @@ FAIL_ON_SHARED_GROUP = "failOnSharedGroup"
 COMMIT_OFFSETS = "commitOffsets"
 PULL_BATCH_SIZE = "pullBatchSize"
 MAX_BODY_BYTES = "maxBodyBytes"
-PULL_TIMEOUT_MS = "pullTimeoutMs"
-RETRY_BUDGET_MS = "retryBudgetMs"
-ACCESS_KEY = "accessKey"
-SECRET_KEY = "secretKey"
-SECURITY_TOKEN = "securityToken"
-TLS = "tls"
-# Named where the TLS errors that tell users which of them to change are made.
-TLS_TRUST_CERT_PATH = TRUST_OPTION
-TLS_VERIFY = VERIFY_OPTION
-NAMESPACE = "namespace"
 ON_OFFSET_RESET = "onOffsetReset"
 FILTER_PUSHDOWN = "filterPushdown"
 
@@ -75,14 +68,11 @@ OWNER = "the rocketmq source"
 SPARK_OWNED = frozenset({"path"})
 
 DEFAULT_PULL_BATCH_SIZE = 32
-DEFAULT_PULL_TIMEOUT_MS = 10_000
-DEFAULT_RETRY_BUDGET_MS = 60_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
 ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
 ROCKETMQ_TIMESTAMP_DIGITS = 14
-MAX_PORT = 65535
 
 # What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
 # start, mqadmin's own, so none is created (autoCreateSubscriptionGroup=false is fine) and, as
@@ -202,34 +192,6 @@ def _offsets_json(reader: OptionReader, name: str, namespace: str | None, topics
     return offsets
 
 
-def _client_config(reader: OptionReader, name_servers: tuple[str, ...]) -> ClientConfig:
-    """How the client reaches the cluster: timeout, credentials and TLS."""
-    access_key, secret_key = reader.get(ACCESS_KEY), reader.get(SECRET_KEY)
-    if (access_key is None) != (secret_key is None):
-        missing = SECRET_KEY if secret_key is None else ACCESS_KEY
-        raise ConfigurationError(missing, "is required with the other ACL credential",
-                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
-    credentials = None
-    if access_key is not None and secret_key is not None:
-        credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
-    pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS) or DEFAULT_PULL_TIMEOUT_MS
-    tls, verify, path = reader.boolean(TLS, False), reader.boolean(TLS_VERIFY, True), reader.get(TLS_TRUST_CERT_PATH)
-    # Without tls=true the connections are plain, whatever these ask for: say so, not ignore them.
-    for name, given in ((TLS_TRUST_CERT_PATH, path is not None), (TLS_VERIFY, not verify)):
-        if given and not tls:
-            raise ConfigurationError(name, "applies only to TLS connections", f"Set {TLS}=true, or remove {name}")
-    if path is not None and not verify:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, f"is unused with {TLS_VERIFY}=false, which trusts any "
-                                 "certificate", f"Remove one of the two ({TLS_VERIFY}=false is for tests only)")
-    try:  # read here, on the driver: the text travels with the options, so executors need no file
-        pem = None if path is None else read_trust_bundle(path)
-    except ValueError as err:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, str(err), "Give the path, on the Spark driver, of a PEM "
-                                 "file of the CA certificates that sign the servers' certificates") from err
-    return ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
-                        credentials=credentials, tls=tls, tls_verify=verify, tls_trust_pem=pem, tls_trust_path=path)
-
-
 def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
     """Parse and check the options of a stream (``streaming``) or a batch read.
 
@@ -238,12 +200,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED, owner=OWNER)
-    name_servers = parse_name_servers(reader.required(
-        NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
-    for address in name_servers:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or int(port) > MAX_PORT:
-            raise ConfigurationError(NAME_SERVER, f"'{address}' is not host:port", "Write host:port[;host:port...]")
+    servers = name_servers(reader)
     namespace = reader.get(NAMESPACE)
     topic_names = [t.strip() for t in reader.required(
         TOPIC, "Set it to the topic to read, or several separated by commas").split(",") if t.strip()]
@@ -308,10 +265,8 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{min_per_trigger} exceeds "
                                  f"{MAX_MESSAGES_PER_TRIGGER}={max_per_trigger}", "Make it at most that")
 
-    client = _client_config(reader, name_servers)
-    retry_budget_ms = reader.positive_int(RETRY_BUDGET_MS, DEFAULT_RETRY_BUDGET_MS, zero_ok=True)
-    assert retry_budget_ms is not None
-    retry = Retry(budget_s=retry_budget_ms / MS_PER_SECOND)
+    client = client_config(reader, servers)
+    retry = retry_policy(reader)
 
     return SourceOptions(
         client=client,
