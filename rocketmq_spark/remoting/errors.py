@@ -83,7 +83,21 @@ class ProtocolError(RocketMQError):
 
 
 class BodyTooLargeError(ProtocolError):
-    """A message body decompresses past the bound a task allows; the message names the message."""
+    """A message body decompresses past the bound a task allows.
+
+    ``facts`` names the message and the sizes; ``fix`` says what to do, in the words of whoever
+    set the bound: the decoders know a number, the layer above the option that set it
+    (``with_fix``).
+    """
+
+    def __init__(self, facts: str, fix: str) -> None:
+        super().__init__(f"{facts}. {fix}")
+        self.facts = facts
+        self.fix = fix
+
+    def with_fix(self, fix: str) -> BodyTooLargeError:
+        """The same failure with another fix."""
+        return BodyTooLargeError(self.facts, fix)
 
 
 class DataLossError(RocketMQError):

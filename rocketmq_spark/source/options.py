@@ -68,6 +68,9 @@ OWNER = "the rocketmq source"
 SPARK_OWNED = frozenset({"path"})
 
 DEFAULT_PULL_BATCH_SIZE = 32
+# What to do about a body that decompresses past maxBodyBytes (the decoders speak of their bound).
+MAX_BODY_BYTES_FIX = (f"If producers send bodies this large on purpose, raise the {MAX_BODY_BYTES} option above "
+                      "their size; otherwise the message is damaged or hostile: read past its offset")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
