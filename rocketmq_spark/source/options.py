@@ -99,6 +99,16 @@ class OnOffsetReset(enum.Enum):
     FAIL = "fail"
 
 
+class ReadKind(enum.Enum):
+    """What the options are parsed for. Spark's ``load()`` has them checked before it says whether
+    a stream or a batch read follows (UNDECIDED): every rule is checked then but those of streams
+    (a group is required, ending options are refused), as for a batch read."""
+
+    STREAM = "stream"
+    BATCH = "batch"
+    UNDECIDED = "undecided"
+
+
 class StartingMode(enum.Enum):
     GROUP = "group"
     EARLIEST = "earliest"
@@ -195,12 +205,8 @@ def _offsets_json(reader: OptionReader, name: str, namespace: str | None, topics
     return offsets
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
-    """Parse and check the options of a stream (``streaming``) or a batch read.
-
-    ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
-    rule is checked but those of one kind only (a stream's group, a batch's ending options).
-    """
+def parse_options(raw: Mapping[str, str], *, kind: ReadKind, now_ms: int | None = None) -> SourceOptions:
+    """Parse and check the options of a stream, a batch read, or a read not yet known (``kind``)."""
     now = wall_clock_ms() if now_ms is None else now_ms
     reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED, owner=OWNER)
     servers = name_servers(reader)
@@ -212,7 +218,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     topics = tuple(dict.fromkeys(with_namespace(t, namespace) for t in topic_names))
 
     group = reader.get(CONSUMER_GROUP)
-    if streaming and group is None:
+    if kind is ReadKind.STREAM and group is None:
         raise ConfigurationError(
             CONSUMER_GROUP, "is required for streams",
             "Set it to the consumer group whose stored offsets the stream starts from and commits to")
@@ -229,7 +235,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
         CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
 
     starting_text = reader.get(STARTING_OFFSETS)
-    default_mode = StartingMode.GROUP if streaming is True else StartingMode.EARLIEST
+    default_mode = StartingMode.GROUP if kind is ReadKind.STREAM else StartingMode.EARLIEST
     starting_offsets: OffsetMap = {}
     if starting_text is None:
         starting_mode = default_mode
@@ -248,7 +254,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int
     ending_offsets: OffsetMap | None = None
     ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
     ending_text = reader.get(ENDING_OFFSETS)
-    if streaming is True:
+    if kind is ReadKind.STREAM:
         for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, FILTER_PUSHDOWN):
             if reader.get(name) is not None:
                 raise ConfigurationError(name, "applies to batch reads only",

@@ -20,7 +20,7 @@ from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.commits import CommitResult
 from rocketmq_spark.source.offsets import OffsetMap, to_spark
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -111,7 +111,7 @@ def options(streaming: bool = True, **extra: str) -> SourceOptions:
     raw = {"nameServer": "127.0.0.1:9876", "topic": TOPIC, **extra}
     if streaming:
         raw.setdefault("consumerGroup", "g")
-    return parse_options(raw, streaming=streaming)
+    return parse_options(raw, kind=ReadKind.STREAM if streaming else ReadKind.BATCH)
 
 
 def stream(fake: FakeOffsets, **extra: str) -> RocketMQStreamReader:
