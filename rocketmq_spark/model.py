@@ -1,7 +1,7 @@
 """The plain values every layer shares: queues, client settings, subscription words. No I/O.
 
-They sit below the remoting, records and source packages so that, for example, the options can
-describe a client without importing the network code.
+They sit below the remoting, records, config and source packages so that, for example, the
+options can describe a client without importing the network code.
 """
 
 from __future__ import annotations
