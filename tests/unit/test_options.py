@@ -7,10 +7,13 @@ from datetime import datetime
 
 import pytest
 
+from rocketmq_spark.config.cluster import CLUSTER_OPTIONS, RETRY_BUDGET_MS
 from rocketmq_spark.config.errors import ConfigurationError
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import ClientConfig, MessageQueue, SettingNames
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
-from rocketmq_spark.source.options import ConsumeFromWhere, OnOffsetReset, ReadKind, StartingMode, parse_options
+from rocketmq_spark.source.options import (
+    ALL_OPTIONS, ConsumeFromWhere, OnOffsetReset, ReadKind, StartingMode, parse_options,
+)
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
 
@@ -126,6 +129,12 @@ def test_bad_input_names_the_option_and_the_fix(kind: ReadKind, options: dict[st
     assert f"option '{option}'" in str(caught.value)
     assert hint in str(caught.value)
     assert caught.value.retriable is False
+
+
+def test_the_source_takes_every_option_shared_with_writing() -> None:
+    assert set(CLUSTER_OPTIONS) | {RETRY_BUDGET_MS} <= set(ALL_OPTIONS)
+    assert stream(pullTimeoutMs="2500").client == ClientConfig(
+        ("127.0.0.1:9876",), request_timeout=2.5, setting_names=SettingNames("tlsTrustCertPath", "tlsVerify"))
 
 
 def test_retry_budgets_for_a_running_query_and_for_its_start() -> None:

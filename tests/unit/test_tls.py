@@ -233,6 +233,16 @@ def test_an_expired_certificate_asks_for_renewal() -> None:
     assert not error.retriable
 
 
+def test_the_fix_names_the_settings_as_whoever_built_the_config_calls_them() -> None:
+    """The client knows no option: a config built from options names them, any other its fields."""
+    err = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    err.verify_code, err.verify_message = CERT_HAS_EXPIRED, "certificate has expired"
+    from_options = str(certificate_error("10.0.0.7:10911", err, options(tls="true")))
+    by_hand = str(certificate_error("10.0.0.7:10911", err, ClientConfig(("10.0.0.7:9876",), tls=True)))
+    assert from_options.endswith("or, for tests only, set tlsVerify=false to accept any certificate")
+    assert by_hand.endswith("or, for tests only, set tls_verify=false to accept any certificate")
+
+
 def test_fresh_connections_each_get_their_first_answer(certs: dict[str, CertificateFiles],
                                                       serve: Callable[[CertificateFiles], Listener]) -> None:
     """A reader thread reading while the first request is written: with one ssl.SSLSocket shared
