@@ -90,9 +90,9 @@ def create_and_fill(cluster: Cluster, topic: str, queues_per_broker: int, per_qu
 def wait_filled(namesrv: str, topic: str, queues: int, per_queue: int) -> Ranges:
     """Wait until every queue holds ``per_queue`` messages; fail on a queue with more, or on timeout."""
     from rocketmq_spark.source.offset_reader import OffsetReader
-    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.options import ReadKind, parse_options
 
-    reader = OffsetReader(parse_options({"nameServer": namesrv, "topic": topic}, streaming=False))
+    reader = OffsetReader(parse_options({"nameServer": namesrv, "topic": topic}, kind=ReadKind.BATCH))
     deadline = time.monotonic() + DISPATCH_TIMEOUT_S
     try:
         while True:
@@ -128,12 +128,12 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
     """The driver's and a task's work in this process, timed and with the requests counted."""
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
     from rocketmq_spark.source.offset_reader import OffsetReader
-    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.options import ReadKind, parse_options
     from rocketmq_spark.source.partition_reader import read_partition
     from rocketmq_spark.source.spark_api import ReadAllAvailable
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
-    batch_options = parse_options({"nameServer": namesrv, "topic": topic}, streaming=False)
+    batch_options = parse_options({"nameServer": namesrv, "topic": topic}, kind=ReadKind.BATCH)
     planners: list[OffsetReader] = []
 
     def open_planner(options: Any) -> OffsetReader:
@@ -144,7 +144,7 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
     out: dict[str, Any] = {"batch_plan": {"partitions": len(parts), "ms": round(plan_s * MS_PER_S, 1),
                                           "requests": planners[0].client.requests_sent}}
 
-    options = parse_options(stream_options({"nameServer": namesrv, "topic": topic}), streaming=True)
+    options = parse_options(stream_options({"nameServer": namesrv, "topic": topic}), kind=ReadKind.STREAM)
     reader = OffsetReader(options)
     stream = RocketMQStreamReader(options, open_offsets=lambda _: reader)
     everything = ReadAllAvailable()

@@ -83,9 +83,9 @@ def pulled_with_pushdown(options: dict[str, str], window: Window) -> tuple[int, 
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
     from rocketmq_spark.source.batch_reader import PushingBatchReader
-    from rocketmq_spark.source.options import FILTER_PUSHDOWN, parse_options
+    from rocketmq_spark.source.options import FILTER_PUSHDOWN, ReadKind, parse_options
 
-    reader = PushingBatchReader(parse_options({**options, FILTER_PUSHDOWN: TRUE}, streaming=False))
+    reader = PushingBatchReader(parse_options({**options, FILTER_PUSHDOWN: TRUE}, kind=ReadKind.BATCH))
     reader.pushFilters([GreaterThanOrEqual((STORE_TIMESTAMP,), window.start),
                         LessThanOrEqual((STORE_TIMESTAMP,), window.end)])
     parts = list(reader.partitions())

@@ -1,7 +1,7 @@
 """The plain values every layer shares: queues, client settings, subscription words. No I/O.
 
-They sit below the remoting, records and source packages so that, for example, the options can
-describe a client without importing the network code.
+They sit below the remoting, records, config and source packages so that, for example, the
+options can describe a client without importing the network code.
 """
 
 from __future__ import annotations
@@ -49,13 +49,24 @@ class Credentials:
 
 
 @dataclass(frozen=True)
+class SettingNames:
+    """What the user calls a ``ClientConfig``'s TLS settings, for the certificate errors that say
+    which one to change: by default the fields' own names; a config built from options names the
+    options, so that the layers below never need to know them."""
+
+    tls_trust: str = "tls_trust_pem"
+    tls_verify: str = "tls_verify"
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     """How to reach the cluster. Hashable, so each process keeps one client per config.
 
     With ``tls``, server certificates are verified unless ``tls_verify`` is false: against
     ``tls_trust_pem`` (the PEM text of the CAs to trust) when set, else the system's CAs. The PEM
     text, not a path, travels with the config, so executors need no file of their own;
-    ``tls_trust_path`` only says where it was read, for error messages.
+    ``tls_trust_path`` only says where it was read, and ``setting_names`` what the user calls these
+    settings, for error messages.
     """
 
     name_servers: tuple[str, ...]
@@ -65,6 +76,7 @@ class ClientConfig:
     tls_verify: bool = True
     tls_trust_pem: str | None = field(default=None, repr=False)
     tls_trust_path: str | None = None
+    setting_names: SettingNames = field(default=SettingNames(), repr=False)
 
     @property
     def connect_timeout(self) -> float:

@@ -13,7 +13,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import FLAG_ONEWAY, RequestCode
 from rocketmq_spark.source.offsets import to_spark
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
@@ -42,7 +42,7 @@ def options(streaming: bool = True, **extra: str) -> SourceOptions:
     raw = {"nameServer": "127.0.0.1:9876", "topic": TOPIC, **extra}
     if streaming:
         raw.setdefault("consumerGroup", "g")
-    return parse_options(raw, streaming=streaming)
+    return parse_options(raw, kind=ReadKind.STREAM if streaming else ReadKind.BATCH)
 
 
 def stream(fake: Offsets, **extra: str) -> RocketMQStreamReader:

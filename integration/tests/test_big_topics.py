@@ -14,7 +14,7 @@ from integration.support import (
     ClusterHandle, batch_read, create_topic, max_offsets, produce, run_available_now, stored_offsets, stream,
 )
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def test_a_large_queue_is_split_and_the_small_ones_packed(spark: Any, rocketmq: 
     assert ends[("broker-a", 0)] == per_small + big_messages
 
     options = {"nameServer": rocketmq.namesrv_addr, "topic": topic, "maxMessagesPerPartition": str(per_partition)}
-    partitions = RocketMQBatchReader(parse_options(options, streaming=False)).partitions()
+    partitions = RocketMQBatchReader(parse_options(options, kind=ReadKind.BATCH)).partitions()
     with_big = [p for p in partitions if any(r.queue.queue_id == 0 for r in p.ranges)]
     pieces = sorted((r.start, r.end) for p in with_big for r in p.ranges if r.queue.queue_id == 0)
     # The large queue is split into pieces that no partition holds two of ...

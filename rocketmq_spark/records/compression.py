@@ -20,11 +20,15 @@ MIB = 1024 * 1024
 ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES = 4 * MIB
 # The bound on one decompressed body: four times that, which is also the remoting frame bound and
 # a task's Arrow batch bound, so one message never holds more than a whole batch may. Brokers and
-# producers configured for larger messages need the maxBodyBytes option raised.
+# producers configured for larger messages need the bound raised.
 DEFAULT_MAX_BODY_BYTES = 4 * ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES
 # A zstd block of up to 128 KiB can be written in 4 bytes (an RLE block), so the input is fed in
 # steps this small: each step adds at most 32 MiB of output before the bound is checked again.
 ZSTD_INPUT_STEP_BYTES = 1024
+# What to do about a body past the bound, in terms of the bound itself: the layer that sets it from
+# an option names the option instead (BodyTooLargeError.with_fix).
+RAISE_THE_BOUND = ("If producers send bodies this large on purpose, raise the bound above their size; otherwise "
+                   "the message is damaged or hostile: read past its offset")
 
 
 class _TooLarge(Exception):
@@ -120,9 +124,7 @@ def decompress_body(body: bytes, sys_flag: int, queue_offset: int, position: int
             f"topic {topic}, queue {queue_id}, queue offset {queue_offset}")
         raise BodyTooLargeError(
             f"the {name}-compressed body of the message at {where} decompresses to more than {max_bytes} "
-            f"bytes ({len(body)} bytes compressed). If producers send bodies this large on purpose, raise the "
-            "maxBodyBytes option above their size; otherwise the message is damaged or hostile: read past "
-            "its offset") from None
+            f"bytes ({len(body)} bytes compressed)", RAISE_THE_BOUND) from None
     except Exception as exc:  # noqa: BLE001 - each library raises its own error types
         raise ProtocolError(
             f"cannot {name}-decompress the body of the message at queue offset "

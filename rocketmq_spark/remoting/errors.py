@@ -1,4 +1,5 @@
-"""Every exception the project raises.
+"""The exceptions of the client and the decoders (``rocketmq_spark.config.errors`` adds the one
+of a user option).
 
 Each class says, through ``retriable``, whether repeating the operation (possibly
 on a fresh connection) can succeed, so callers decide on retries without
@@ -82,20 +83,21 @@ class ProtocolError(RocketMQError):
 
 
 class BodyTooLargeError(ProtocolError):
-    """A message body decompresses past the bound a task allows; the message names the message."""
+    """A message body decompresses past the bound a task allows.
 
-
-class ConfigurationError(RocketMQError, ValueError):
-    """A user option is missing or invalid.
-
-    The message always names the option and says how to fix it.
+    ``facts`` names the message and the sizes; ``fix`` says what to do, in the words of whoever
+    set the bound: the decoders know a number, the layer above the option that set it
+    (``with_fix``).
     """
 
-    def __init__(self, option: str, problem: str, fix: str) -> None:
-        self.option = option
-        self.problem = problem
+    def __init__(self, facts: str, fix: str) -> None:
+        super().__init__(f"{facts}. {fix}")
+        self.facts = facts
         self.fix = fix
-        super().__init__(f"option '{option}': {problem}. {fix}")
+
+    def with_fix(self, fix: str) -> BodyTooLargeError:
+        """The same failure with another fix."""
+        return BodyTooLargeError(self.facts, fix)
 
 
 class DataLossError(RocketMQError):

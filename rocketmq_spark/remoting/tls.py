@@ -19,9 +19,6 @@ from pathlib import Path
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.errors import CertificateError
 
-# The options a user changes to fix a verification failure (named in its message).
-TRUST_OPTION = "tlsTrustCertPath"
-VERIFY_OPTION = "tlsVerify"
 PEM_CERTIFICATE_MARKER = "-----BEGIN CERTIFICATE-----"
 
 # OpenSSL's X509_V_ERR_* codes, grouped by what fixes them.
@@ -40,7 +37,6 @@ _NAME_MISMATCH = frozenset({
     62,  # HOSTNAME_MISMATCH
     64,  # IP_ADDRESS_MISMATCH
 })
-_TEST_ONLY = f"or, for tests only, set {VERIFY_OPTION}=false to accept any certificate"
 
 
 def client_context(config: ClientConfig) -> ssl.SSLContext | None:
@@ -76,25 +72,28 @@ def read_trust_bundle(path: str) -> str:
 
 
 def certificate_error(address: str, err: ssl.SSLCertVerificationError, config: ClientConfig) -> CertificateError:
-    """The failure of ``address``'s certificate, with what went wrong and the fix for it."""
+    """The failure of ``address``'s certificate, with what went wrong and the fix for it, naming
+    the settings to change as the config's ``setting_names`` call them."""
     reason = err.verify_message or str(err)
     code = err.verify_code
-    trusted = (f"the CAs of {TRUST_OPTION} ({config.tls_trust_path})" if config.tls_trust_pem is not None
+    names = config.setting_names
+    trusted = (f"the CAs of {names.tls_trust} ({config.tls_trust_path})" if config.tls_trust_pem is not None
                else "the system's CAs")
+    test_only = f"or, for tests only, set {names.tls_verify}=false to accept any certificate"
     if code in _UNKNOWN_ISSUER:
         reason = f"{reason}: it is not signed by {trusted}"
-        fix = (f"Give the PEM certificate of the CA that signs the servers' certificates in {TRUST_OPTION}, "
-               f"{_TEST_ONLY}")
+        fix = (f"Give the PEM certificate of the CA that signs the servers' certificates in {names.tls_trust}, "
+               f"{test_only}")
     elif code in _OUT_OF_DATE:
-        fix = f"Renew the server's certificate (or correct this machine's clock), {_TEST_ONLY}"
+        fix = f"Renew the server's certificate (or correct this machine's clock), {test_only}"
     elif code in _NAME_MISMATCH:
         host = address.rpartition(":")[0].strip("[]")
         kind = "an IP address" if _is_ip(host) else "a DNS name"
         fix = (f"Connections check the address they use, as the name servers and routes give it: the "
                f"certificate needs {host} as {kind} in its subject alternative names (see the TLS section "
-               f"of docs/operations.md), {_TEST_ONLY}")
+               f"of docs/operations.md), {test_only}")
     else:
-        fix = f"Check the server's certificate against {trusted}, {_TEST_ONLY}"
+        fix = f"Check the server's certificate against {trusted}, {test_only}"
     return CertificateError(address, reason, fix)
 
 

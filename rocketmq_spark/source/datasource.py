@@ -17,9 +17,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.schema import SCHEMA, checked_columns
 from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, batch_reader_class, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -34,16 +34,16 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        parse_options(self.options, streaming=None)  # load(): a bad option fails here
+        parse_options(self.options, kind=ReadKind.UNDECIDED)  # load(): a bad option fails here
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = _with_columns(parse_options(self.options, streaming=False), schema)
+        options = _with_columns(parse_options(self.options, kind=ReadKind.BATCH), schema)
         return batch_reader_class(options.filter_pushdown, RocketMQBatchReader, PushingBatchReader)(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
-            options = _with_columns(parse_options(self.options, streaming=True), schema)
+            options = _with_columns(parse_options(self.options, kind=ReadKind.STREAM), schema)
         except ConfigurationError as err:
             return for_this_spark(RefusedStreamReader(err))
         limited = options.max_messages_per_trigger is not None or options.min_messages_per_trigger is not None

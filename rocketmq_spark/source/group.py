@@ -29,10 +29,11 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import now_ms
 from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.errors import ConfigurationError, RocketMQError
+from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.options import CONSUMER_GROUP, FAIL_ON_SHARED_GROUP, SourceOptions
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
@@ -31,7 +32,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import TLS_TRUST_CERT_PATH, TLS_VERIFY, SourceOptions
+from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.routes import QueueRoutes
 
 log = logging.getLogger(__name__)

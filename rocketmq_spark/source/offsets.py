@@ -18,26 +18,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from rocketmq_spark.config.cluster import with_namespace
 from rocketmq_spark.model import MessageQueue
 
 OffsetMap = dict[MessageQueue, int]
-NAMESPACE_SEPARATOR = "%"
 # Not a possible topic name: RocketMQ's topic names are letters, digits, '%', '|', '_' and '-'.
 RESETS_KEY = "@resets"
 STARTS_KEY = "@starts"
 _METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY})
-
-
-def with_namespace(resource: str, namespace: str | None) -> str:
-    """RocketMQ's ``namespace%resource``, unless the resource already carries the namespace."""
-    if not namespace or resource.startswith(namespace + NAMESPACE_SEPARATOR):
-        return resource
-    return f"{namespace}{NAMESPACE_SEPARATOR}{resource}"
-
-
-def without_namespace(resource: str, namespace: str | None) -> str:
-    prefix = f"{namespace}{NAMESPACE_SEPARATOR}" if namespace else None
-    return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
 
 
 def to_spark(offsets: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int] | None = None,

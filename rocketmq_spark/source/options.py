@@ -12,22 +12,26 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
+from rocketmq_spark.config.cluster import (
+    ACCESS_KEY, DEFAULT_PULL_TIMEOUT_MS, NAME_SERVER, NAMESPACE, PULL_TIMEOUT_MS, RETRY_BUDGET_MS, SECRET_KEY,
+    SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY, client_config, name_servers, retry_policy, with_namespace,
+    without_namespace,
+)
+from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
-    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, Credentials, parse_name_servers,
-    parse_tag_expression,
+    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, parse_tag_expression,
 )
 from rocketmq_spark.model import now_ms as wall_clock_ms
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.remoting.tls import TRUST_OPTION, VERIFY_OPTION, read_trust_bundle
-from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json, with_namespace, without_namespace
-from rocketmq_spark.source.option_values import OptionReader
+from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json
 from rocketmq_spark.source.schema import COLUMNS
 
-# Option names exactly as documented; matching is case-insensitive.
-NAME_SERVER = "nameServer"
+# Option names exactly as documented; matching is case-insensitive. Those shared with writing
+# (nameServer, the credentials, TLS, pullTimeoutMs, namespace, retryBudgetMs) are config.cluster's.
 TOPIC = "topic"
 CONSUMER_GROUP = "consumerGroup"
 SUB_EXPRESSION = "subExpression"
@@ -48,16 +52,6 @@ FAIL_ON_SHARED_GROUP = "failOnSharedGroup"
 COMMIT_OFFSETS = "commitOffsets"
 PULL_BATCH_SIZE = "pullBatchSize"
 MAX_BODY_BYTES = "maxBodyBytes"
-PULL_TIMEOUT_MS = "pullTimeoutMs"
-RETRY_BUDGET_MS = "retryBudgetMs"
-ACCESS_KEY = "accessKey"
-SECRET_KEY = "secretKey"
-SECURITY_TOKEN = "securityToken"
-TLS = "tls"
-# Named where the TLS errors that tell users which of them to change are made.
-TLS_TRUST_CERT_PATH = TRUST_OPTION
-TLS_VERIFY = VERIFY_OPTION
-NAMESPACE = "namespace"
 ON_OFFSET_RESET = "onOffsetReset"
 FILTER_PUSHDOWN = "filterPushdown"
 
@@ -69,18 +63,20 @@ ALL_OPTIONS = (
     PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
     NAMESPACE, ON_OFFSET_RESET, FILTER_PUSHDOWN,
 )
+# Whose options these are, as the error about an unknown one says.
+OWNER = "the rocketmq source"
 # Options Spark itself may add to a source's map.
 SPARK_OWNED = frozenset({"path"})
 
 DEFAULT_PULL_BATCH_SIZE = 32
-DEFAULT_PULL_TIMEOUT_MS = 10_000
-DEFAULT_RETRY_BUDGET_MS = 60_000
+# What to do about a body that decompresses past maxBodyBytes (the decoders speak of their bound).
+MAX_BODY_BYTES_FIX = (f"If producers send bodies this large on purpose, raise the {MAX_BODY_BYTES} option above "
+                      "their size; otherwise the message is damaged or hostile: read past its offset")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 # RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
 ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
 ROCKETMQ_TIMESTAMP_DIGITS = 14
-MAX_PORT = 65535
 
 # What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
 # start, mqadmin's own, so none is created (autoCreateSubscriptionGroup=false is fine) and, as
@@ -102,6 +98,16 @@ class OnOffsetReset(enum.Enum):
     FOLLOW = "follow"
     IGNORE = "ignore"
     FAIL = "fail"
+
+
+class ReadKind(enum.Enum):
+    """What the options are parsed for. Spark's ``load()`` has them checked before it says whether
+    a stream or a batch read follows (UNDECIDED): every rule is checked then but those of streams
+    (a group is required, ending options are refused), as for a batch read."""
+
+    STREAM = "stream"
+    BATCH = "batch"
+    UNDECIDED = "undecided"
 
 
 class StartingMode(enum.Enum):
@@ -167,7 +173,191 @@ class SourceOptions:
         return without_namespace(topic, self.namespace)
 
 
+# The pieces parse_options is made of, one per concern; each fills the SourceOptions fields it names.
+class _Names(NamedTuple):
+    """What is read, and as which group."""
+
+    topics: tuple[str, ...]
+    consumer_group: str | None
+    namespace: str | None
+
+
+class _Subscription(NamedTuple):
+    expression_type: str
+    sub_expression: str
+
+
+class _Start(NamedTuple):
+    """Where each queue starts: the rule of a new query, and the fallback where nothing is stored."""
+
+    consume_from_where: ConsumeFromWhere
+    consume_timestamp_ms: int
+    starting_mode: StartingMode
+    starting_offsets: OffsetMap
+    starting_timestamp_ms: int | None
+
+
+class _BatchOnly(NamedTuple):
+    """What only batch reads take: where each queue ends, and Spark's pushed filters."""
+
+    ending_offsets: OffsetMap | None
+    ending_timestamp_ms: int | None
+    filter_pushdown: bool
+
+
+class _TriggerLimits(NamedTuple):
+    max_messages_per_trigger: int | None
+    min_messages_per_trigger: int | None
+    max_trigger_delay_ms: int
+
+
+class _Cluster(NamedTuple):
+    """The client, and its retries while the query runs and at its start (SourceOptions says why)."""
+
+    client: ClientConfig
+    retry: Retry
+    start_retry: Retry
+
+
+class _Pulls(NamedTuple):
+    """How ranges become Spark partitions, and what one pull asks for and may hold."""
+
+    min_partitions: int | None
+    max_messages_per_partition: int | None
+    pull_batch_size: int
+    max_body_bytes: int
+
+
+class _Policies(NamedTuple):
+    """What a query does about lost data, its commits, a shared group and an operator's reset."""
+
+    fail_on_data_loss: bool
+    commit_offsets: bool
+    fail_on_shared_group: bool
+    on_offset_reset: OnOffsetReset
+
+
+def parse_options(raw: Mapping[str, str], *, kind: ReadKind, now_ms: int | None = None) -> SourceOptions:
+    """Parse and check the options of a stream, a batch read, or a read not yet known (``kind``)."""
+    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED, owner=OWNER)
+    servers = name_servers(reader)
+    names = _names(reader, kind)
+    now = wall_clock_ms() if now_ms is None else now_ms
+    # Keyword arguments are evaluated in order: the pieces check their options in this order.
+    return SourceOptions(
+        **names._asdict(), **_subscription(reader)._asdict(), **_start(reader, kind, names, now)._asdict(),
+        **_batch_only(reader, kind, names)._asdict(), **_trigger_limits(reader)._asdict(),
+        **_cluster(reader, servers)._asdict(), **_pulls(reader)._asdict(), **_policies(reader)._asdict(),
+    )
+
+
+def _names(reader: OptionReader, kind: ReadKind) -> _Names:
+    """The topics and the group, with the namespace prefix when one is set."""
+    namespace = reader.get(NAMESPACE)
+    fix = "Set it to the topic to read, or several separated by commas"
+    topic_names = [t.strip() for t in reader.required(TOPIC, fix).split(",") if t.strip()]
+    if not topic_names:
+        raise ConfigurationError(TOPIC, "names no topic", fix)
+    topics = tuple(dict.fromkeys(with_namespace(t, namespace) for t in topic_names))
+    group = reader.get(CONSUMER_GROUP)
+    if group is None and kind is ReadKind.STREAM:
+        raise ConfigurationError(
+            CONSUMER_GROUP, "is required for streams",
+            "Set it to the consumer group whose stored offsets the stream starts from and commits to")
+    return _Names(topics, None if group is None else with_namespace(group, namespace), namespace)
+
+
+def _subscription(reader: OptionReader) -> _Subscription:
+    """The expression pulls filter by on the broker, and its language."""
+    expression_type = reader.choice(EXPRESSION_TYPE, (EXPRESSION_TAG, EXPRESSION_SQL92), EXPRESSION_TAG)
+    sub_expression = reader.get(SUB_EXPRESSION) or SUBSCRIBE_ALL
+    if expression_type == EXPRESSION_SQL92 and sub_expression == SUBSCRIBE_ALL:
+        raise ConfigurationError(SUB_EXPRESSION, "'*' is a tag expression, not SQL92",
+                                 "Give a SQL92 selector, e.g. a > 5 AND b = 'x', or use expressionType=TAG")
+    return _Subscription(expression_type, sub_expression)
+
+
+def _start(reader: OptionReader, kind: ReadKind, names: _Names, now_ms: int) -> _Start:
+    """The start rule: streams start from the group's stored offsets unless told otherwise, batch
+    reads from the earliest."""
+    consume_from_where = ConsumeFromWhere(reader.choice(
+        CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
+    text = reader.get(STARTING_OFFSETS)
+    default_mode = StartingMode.GROUP if kind is ReadKind.STREAM else StartingMode.EARLIEST
+    offsets: OffsetMap = {}
+    if text is None:
+        mode = default_mode
+    elif text.startswith("{"):
+        mode = StartingMode.SPECIFIC
+        offsets = _offsets_json(reader, STARTING_OFFSETS, names)
+    else:
+        named = (StartingMode.GROUP, StartingMode.EARLIEST, StartingMode.LATEST)
+        mode = StartingMode(reader.choice(
+            STARTING_OFFSETS, tuple(m.value for m in named), default_mode.value, also=("JSON offsets",)).lower())
+    timestamp = reader.epoch_ms(STARTING_TIMESTAMP)
+    if timestamp is not None and mode is StartingMode.SPECIFIC:
+        raise ConfigurationError(STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}",
+                                 "Give one of the two")
+    return _Start(consume_from_where, _consume_timestamp(reader, now_ms), mode, offsets, timestamp)
+
+
+def _batch_only(reader: OptionReader, kind: ReadKind, names: _Names) -> _BatchOnly:
+    """The ending options and pushdown of a batch read; on a stream, an error if any is given."""
+    timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
+    text = reader.get(ENDING_OFFSETS)
+    offsets: OffsetMap | None = None  # latest as of planning
+    if kind is ReadKind.STREAM:
+        for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, FILTER_PUSHDOWN):
+            if reader.get(name) is not None:
+                raise ConfigurationError(name, "applies to batch reads only",
+                                         "Remove it from the stream, or read with spark.read")
+    elif text is not None and text.lower() != "latest":
+        if not text.startswith("{"):
+            raise ConfigurationError(ENDING_OFFSETS, f"unknown value '{text}'", "Use one of: latest, JSON offsets")
+        offsets = _offsets_json(reader, ENDING_OFFSETS, names)
+    if timestamp is not None and offsets is not None:
+        raise ConfigurationError(ENDING_TIMESTAMP, f"cannot be combined with JSON {ENDING_OFFSETS}",
+                                 "Give one of the two")
+    return _BatchOnly(offsets, timestamp, reader.boolean(FILTER_PUSHDOWN, False))
+
+
+def _trigger_limits(reader: OptionReader) -> _TriggerLimits:
+    """How much a micro-batch may take, and how long it waits for enough."""
+    most = reader.positive_int(MAX_MESSAGES_PER_TRIGGER)
+    least = reader.positive_int(MIN_MESSAGES_PER_TRIGGER)
+    if most is not None and least is not None and least > most:
+        raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{least} exceeds {MAX_MESSAGES_PER_TRIGGER}={most}",
+                                 "Make it at most that")
+    return _TriggerLimits(most, least, reader.duration_ms(MAX_TRIGGER_DELAY, DEFAULT_MAX_TRIGGER_DELAY_MS))
+
+
+def _cluster(reader: OptionReader, servers: tuple[str, ...]) -> _Cluster:
+    """From the options shared with writing (``config.cluster``)."""
+    client, retry = client_config(reader, servers), retry_policy(reader)
+    return _Cluster(client, retry, retry.within(client.request_timeout))
+
+
+def _pulls(reader: OptionReader) -> _Pulls:
+    return _Pulls(
+        min_partitions=reader.positive_int(MIN_PARTITIONS),
+        max_messages_per_partition=reader.positive_int(MAX_MESSAGES_PER_PARTITION),
+        pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
+        max_body_bytes=reader.positive_int(MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES) or DEFAULT_MAX_BODY_BYTES,
+    )
+
+
+def _policies(reader: OptionReader) -> _Policies:
+    return _Policies(
+        fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
+        commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
+        fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
+        on_offset_reset=OnOffsetReset(reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset),
+                                                    OnOffsetReset.FOLLOW.value)),
+    )
+
+
 def _consume_timestamp(reader: OptionReader, now_ms: int) -> int:
+    """``consumeTimestamp`` in epoch ms: RocketMQ's yyyyMMddHHmmss (driver time zone) or epoch ms."""
     value = reader.get(CONSUME_TIMESTAMP)
     if value is None:
         return now_ms - DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS
@@ -183,161 +373,19 @@ def _consume_timestamp(reader: OptionReader, now_ms: int) -> int:
                              "or epoch milliseconds")
 
 
-def _offsets_json(reader: OptionReader, name: str, namespace: str | None, topics: tuple[str, ...]) -> OffsetMap:
+def _offsets_json(reader: OptionReader, name: str, names: _Names) -> OffsetMap:
+    """JSON offsets of the query's topics."""
     text = reader.get(name)
     assert text is not None
     try:
-        offsets = parse_offset_json(text, namespace=namespace)
+        offsets = parse_offset_json(text, namespace=names.namespace)
     except ValueError as err:
         raise ConfigurationError(
             name, f"malformed offsets ({err})",
             'Use JSON like {"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}',
         ) from err
-    stray = sorted({queue.topic for queue in offsets} - set(topics))
+    stray = sorted({queue.topic for queue in offsets} - set(names.topics))
     if stray:
         raise ConfigurationError(name, f"names topics the query does not read: {', '.join(stray)}",
                                  f"List only topics from the '{TOPIC}' option")
     return offsets
-
-
-def _client_config(reader: OptionReader, name_servers: tuple[str, ...]) -> ClientConfig:
-    """How the client reaches the cluster: timeout, credentials and TLS."""
-    access_key, secret_key = reader.get(ACCESS_KEY), reader.get(SECRET_KEY)
-    if (access_key is None) != (secret_key is None):
-        missing = SECRET_KEY if secret_key is None else ACCESS_KEY
-        raise ConfigurationError(missing, "is required with the other ACL credential",
-                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
-    credentials = None
-    if access_key is not None and secret_key is not None:
-        credentials = Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
-    pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS) or DEFAULT_PULL_TIMEOUT_MS
-    tls, verify, path = reader.boolean(TLS, False), reader.boolean(TLS_VERIFY, True), reader.get(TLS_TRUST_CERT_PATH)
-    # Without tls=true the connections are plain, whatever these ask for: say so, not ignore them.
-    for name, given in ((TLS_TRUST_CERT_PATH, path is not None), (TLS_VERIFY, not verify)):
-        if given and not tls:
-            raise ConfigurationError(name, "applies only to TLS connections", f"Set {TLS}=true, or remove {name}")
-    if path is not None and not verify:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, f"is unused with {TLS_VERIFY}=false, which trusts any "
-                                 "certificate", f"Remove one of the two ({TLS_VERIFY}=false is for tests only)")
-    try:  # read here, on the driver: the text travels with the options, so executors need no file
-        pem = None if path is None else read_trust_bundle(path)
-    except ValueError as err:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, str(err), "Give the path, on the Spark driver, of a PEM "
-                                 "file of the CA certificates that sign the servers' certificates") from err
-    return ClientConfig(name_servers=name_servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
-                        credentials=credentials, tls=tls, tls_verify=verify, tls_trust_pem=pem, tls_trust_path=path)
-
-
-def parse_options(raw: Mapping[str, str], *, streaming: bool | None, now_ms: int | None = None) -> SourceOptions:
-    """Parse and check the options of a stream (``streaming``) or a batch read.
-
-    ``streaming=None`` is ``load()``: Spark has not said yet which of the two follows, so every
-    rule is checked but those of one kind only (a stream's group, a batch's ending options).
-    """
-    now = wall_clock_ms() if now_ms is None else now_ms
-    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED)
-    name_servers = parse_name_servers(reader.required(
-        NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
-    for address in name_servers:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or int(port) > MAX_PORT:
-            raise ConfigurationError(NAME_SERVER, f"'{address}' is not host:port", "Write host:port[;host:port...]")
-    namespace = reader.get(NAMESPACE)
-    topic_names = [t.strip() for t in reader.required(
-        TOPIC, "Set it to the topic to read, or several separated by commas").split(",") if t.strip()]
-    if not topic_names:
-        raise ConfigurationError(TOPIC, "names no topic", "Set it to the topic to read, or several separated by commas")
-    topics = tuple(dict.fromkeys(with_namespace(t, namespace) for t in topic_names))
-
-    group = reader.get(CONSUMER_GROUP)
-    if streaming and group is None:
-        raise ConfigurationError(
-            CONSUMER_GROUP, "is required for streams",
-            "Set it to the consumer group whose stored offsets the stream starts from and commits to")
-    if group is not None:
-        group = with_namespace(group, namespace)
-
-    expression_type = reader.choice(EXPRESSION_TYPE, (EXPRESSION_TAG, EXPRESSION_SQL92), EXPRESSION_TAG)
-    sub_expression = reader.get(SUB_EXPRESSION) or SUBSCRIBE_ALL
-    if expression_type == EXPRESSION_SQL92 and sub_expression == SUBSCRIBE_ALL:
-        raise ConfigurationError(SUB_EXPRESSION, "'*' is a tag expression, not SQL92",
-                                 "Give a SQL92 selector, e.g. a > 5 AND b = 'x', or use expressionType=TAG")
-
-    consume_from_where = ConsumeFromWhere(reader.choice(
-        CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
-
-    starting_text = reader.get(STARTING_OFFSETS)
-    default_mode = StartingMode.GROUP if streaming is True else StartingMode.EARLIEST
-    starting_offsets: OffsetMap = {}
-    if starting_text is None:
-        starting_mode = default_mode
-    elif starting_text.startswith("{"):
-        starting_mode = StartingMode.SPECIFIC
-        starting_offsets = _offsets_json(reader, STARTING_OFFSETS, namespace, topics)
-    else:
-        named = (StartingMode.GROUP, StartingMode.EARLIEST, StartingMode.LATEST)
-        starting_mode = StartingMode(reader.choice(
-            STARTING_OFFSETS, tuple(m.value for m in named), default_mode.value, also=("JSON offsets",)).lower())
-    starting_timestamp = reader.epoch_ms(STARTING_TIMESTAMP)
-    if starting_timestamp is not None and starting_mode is StartingMode.SPECIFIC:
-        raise ConfigurationError(STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}",
-                                 "Give one of the two")
-
-    ending_offsets: OffsetMap | None = None
-    ending_timestamp = reader.epoch_ms(ENDING_TIMESTAMP)
-    ending_text = reader.get(ENDING_OFFSETS)
-    if streaming is True:
-        for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, FILTER_PUSHDOWN):
-            if reader.get(name) is not None:
-                raise ConfigurationError(name, "applies to batch reads only",
-                                         "Remove it from the stream, or read with spark.read")
-    elif ending_text is not None and ending_text.lower() != "latest":
-        if not ending_text.startswith("{"):
-            raise ConfigurationError(ENDING_OFFSETS, f"unknown value '{ending_text}'",
-                                     "Use one of: latest, JSON offsets")
-        ending_offsets = _offsets_json(reader, ENDING_OFFSETS, namespace, topics)
-    if ending_timestamp is not None and ending_offsets is not None:
-        raise ConfigurationError(ENDING_TIMESTAMP, f"cannot be combined with JSON {ENDING_OFFSETS}",
-                                 "Give one of the two")
-
-    max_per_trigger = reader.positive_int(MAX_MESSAGES_PER_TRIGGER)
-    min_per_trigger = reader.positive_int(MIN_MESSAGES_PER_TRIGGER)
-    if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
-        raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{min_per_trigger} exceeds "
-                                 f"{MAX_MESSAGES_PER_TRIGGER}={max_per_trigger}", "Make it at most that")
-
-    client = _client_config(reader, name_servers)
-    retry_budget_ms = reader.positive_int(RETRY_BUDGET_MS, DEFAULT_RETRY_BUDGET_MS, zero_ok=True)
-    assert retry_budget_ms is not None
-    retry = Retry(budget_s=retry_budget_ms / MS_PER_SECOND)
-
-    return SourceOptions(
-        client=client,
-        topics=topics,
-        consumer_group=group,
-        sub_expression=sub_expression,
-        expression_type=expression_type,
-        consume_from_where=consume_from_where,
-        consume_timestamp_ms=_consume_timestamp(reader, now),
-        starting_mode=starting_mode,
-        starting_offsets=starting_offsets,
-        starting_timestamp_ms=starting_timestamp,
-        ending_offsets=ending_offsets,
-        ending_timestamp_ms=ending_timestamp,
-        max_messages_per_trigger=max_per_trigger,
-        min_messages_per_trigger=min_per_trigger,
-        max_trigger_delay_ms=reader.duration_ms(MAX_TRIGGER_DELAY, DEFAULT_MAX_TRIGGER_DELAY_MS),
-        min_partitions=reader.positive_int(MIN_PARTITIONS),
-        max_messages_per_partition=reader.positive_int(MAX_MESSAGES_PER_PARTITION),
-        fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
-        commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
-        fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
-        pull_batch_size=reader.positive_int(PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE) or DEFAULT_PULL_BATCH_SIZE,
-        max_body_bytes=reader.positive_int(MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES) or DEFAULT_MAX_BODY_BYTES,
-        namespace=namespace,
-        on_offset_reset=OnOffsetReset(reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset),
-                                                    OnOffsetReset.FOLLOW.value)),
-        retry=retry,
-        start_retry=retry.within(client.request_timeout),
-        filter_pushdown=reader.boolean(FILTER_PUSHDOWN, False),
-    )

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from rocketmq_spark.config.cluster import without_namespace
 from rocketmq_spark.model import EXPRESSION_TAG, ClientConfig, MessageQueue
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.source.offsets import without_namespace
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
 from rocketmq_spark.source.schema import COLUMNS

@@ -19,9 +19,8 @@ from functools import partial
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
-from rocketmq_spark.remoting.errors import (
-    BrokersUnreachableError, ConfigurationError, RocketMQError, TopicNotFoundError,
-)
+from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.remoting.errors import BrokersUnreachableError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions

@@ -13,7 +13,9 @@ from pyspark.sql.types import StructType
 
 from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
-from rocketmq_spark.records.decoder import PullDecoder
+from rocketmq_spark.records.decoder import Decoded, PullDecoder
+from rocketmq_spark.remoting.errors import BodyTooLargeError
+from rocketmq_spark.source.options import MAX_BODY_BYTES_FIX
 from rocketmq_spark.source.schema import ARROW_SCHEMA, COLUMNS, SCHEMA, arrow_schema
 
 _TIMESTAMP = ARROW_SCHEMA.field("bornTimestamp").type
@@ -79,7 +81,10 @@ class BatchBuilder:
     def add_pull(self, range_index: int, body: bytes, low: int) -> None:
         """Take the body of one FOUND pull of a range, whose messages below ``low`` are not wanted
         (already taken from an earlier pull); records are decoded at the next flush."""
-        self.rows += self._decoder.add(body)
+        try:
+            self.rows += self._decoder.add(body)
+        except BodyTooLargeError as err:
+            raise _naming_the_option(err) from None
         self.body_bytes += len(body)
         self._body_range.append(range_index)
         self._body_low.append(max(low, int(self._start[range_index])))
@@ -87,7 +92,7 @@ class BatchBuilder:
     def flush(self) -> pa.RecordBatch | None:
         """The rows collected so far as one record batch (None if none are kept); the builder
         starts empty again."""
-        decoded = self._decoder.decode()
+        decoded = self._decode()
         range_of = np.array(self._body_range, np.int64)[decoded.body_index]
         low = np.array(self._body_low, np.int64)[decoded.body_index]
         self._reset()
@@ -109,6 +114,18 @@ class BatchBuilder:
         }
         arrays = [made[name]() if name in made else _row_column(cols, name) for name in self._columns]
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _decode(self) -> Decoded:
+        """The added pulls, decoded."""
+        try:
+            return self._decoder.decode()
+        except BodyTooLargeError as err:
+            raise _naming_the_option(err) from None
+
+
+def _naming_the_option(err: BodyTooLargeError) -> BodyTooLargeError:
+    """The decoders' error with the fix users make: the option that sets the bound."""
+    return err.with_fix(MAX_BODY_BYTES_FIX).with_traceback(err.__traceback__)
 
 
 def _row_column(cols: ArrowColumns, name: str) -> pa.Array:

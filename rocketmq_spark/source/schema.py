@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
-from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.config.errors import ConfigurationError
 
 _STRING = StringType()
 _INT = IntegerType()

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import (
     CONSUMER_GROUP, STARTING_OFFSETS, ConsumeFromWhere, SourceOptions, StartingMode,

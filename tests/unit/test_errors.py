@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.errors import (
     AuthenticationError,
     BrokerResponseError,
-    ConfigurationError,
     ConnectionFailedError,
     DataLossError,
     ProtocolError,

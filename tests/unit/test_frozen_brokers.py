@@ -16,7 +16,7 @@ from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RequestTimeoutError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark, to_spark
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeBrokers
@@ -57,7 +57,7 @@ class Clock:
 
 def stream_options() -> SourceOptions:
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "retryBudgetMs": str(int(BUDGET_S * 1000))}, streaming=True)
+                             "retryBudgetMs": str(int(BUDGET_S * 1000))}, kind=ReadKind.STREAM)
     return dataclasses.replace(options, retry=dataclasses.replace(options.retry, sleep=lambda _: None))
 
 

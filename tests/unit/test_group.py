@@ -9,13 +9,14 @@ import time
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConfigurationError, ProtocolError
+from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError
 from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.group import GroupWatch, is_source_client, new_client_id, sharing_problem
-from rocketmq_spark.source.options import SourceOptions, parse_options
+from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeMembers, FakeOffsets
 from tests.support import A0, A1, B0, spark
@@ -36,7 +37,7 @@ GROUP_LOGGER = "rocketmq_spark.source.group"
 
 def options(**extra: str) -> SourceOptions:
     return parse_options({"nameServer": "127.0.0.1:9876", "topic": "orders,refunds", "consumerGroup": "g", **extra},
-                         streaming=True)
+                         kind=ReadKind.STREAM)
 
 
 def watch(members: FakeMembers, interval_s: float = 3600.0, **extra: str) -> GroupWatch:

@@ -1,5 +1,6 @@
-"""The package's floors: model at the bottom, then remoting, records and source; each module
-imports only from its own floor or below, and none grows past the size one reader can hold."""
+"""The package's floors: model at the bottom, then remoting, records, config, and on top the source
+with, beside it, room for a sink. Each module imports only from its own room or from the floors
+below (never from a room beside its own), and none grows past the size one reader can hold."""
 
 from __future__ import annotations
 
@@ -10,18 +11,31 @@ import rocketmq_spark
 
 PACKAGE = "rocketmq_spark"
 ROOT = Path(rocketmq_spark.__file__).resolve().parent
-# Lowest first. The package's __init__ (its public face) sits on top of them all.
-FLOORS = ("model", "remoting", "records", "source")
+# Lowest first, each floor a tuple of its rooms: rooms of one floor stand side by side and share
+# what is below. The package's __init__ (its public face) sits on top of them all.
+FLOORS: tuple[tuple[str, ...], ...] = (("model",), ("remoting",), ("records",), ("config",), ("source", "sink"))
 FACE = len(FLOORS)
 MAX_MODULE_LINES = 420
 
 
-def floor_of(module: str) -> int:
-    """The floor of ``rocketmq_spark.<part>...``; the bare package is its face."""
+def place_of(module: str) -> tuple[int, str]:
+    """The floor and room of ``rocketmq_spark.<room>...``; the bare package is its face."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
         raise ValueError(f"{module} is not in {PACKAGE}")
-    return FLOORS.index(parts[1]) if len(parts) > 1 else FACE
+    if len(parts) == 1:
+        return FACE, PACKAGE
+    for floor, rooms in enumerate(FLOORS):
+        if parts[1] in rooms:
+            return floor, parts[1]
+    raise ValueError(f"{module} is on no floor")
+
+
+def refused(importer: str, imported: str) -> bool:
+    """Whether ``importer`` may not import ``imported``: it is on a higher floor, or in another room
+    of the same one."""
+    (own_floor, own_room), (floor, room) = place_of(importer), place_of(imported)
+    return floor > own_floor or (floor == own_floor and room != own_room)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -45,8 +59,8 @@ def imported_modules(tree: ast.AST) -> list[str]:
     return [name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")]
 
 
-def upward_imports(root: Path) -> list[str]:
-    """``importer -> imported`` for each import that reaches a higher floor."""
+def refused_imports(root: Path) -> list[str]:
+    """``importer -> imported`` for each import that reaches a higher floor or a room beside its own."""
     known = {module_name(path, root) for path in root.rglob("*.py")}
     problems = []
     for path in sorted(root.rglob("*.py")):
@@ -54,18 +68,18 @@ def upward_imports(root: Path) -> list[str]:
         for imported in imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
             if imported not in known:
                 continue  # ``from package import name`` where name is not a module
-            if floor_of(imported) > floor_of(importer):
+            if refused(importer, imported):
                 problems.append(f"{importer} -> {imported}")
     return problems
 
 
-def test_no_module_imports_from_a_higher_floor() -> None:
-    assert upward_imports(ROOT) == []
+def test_no_module_imports_from_a_higher_floor_or_a_room_beside_its_own() -> None:
+    assert refused_imports(ROOT) == []
 
 
 def test_every_module_stands_on_a_floor() -> None:
     for path in ROOT.rglob("*.py"):
-        floor_of(module_name(path, ROOT))  # raises for a module outside the floors
+        place_of(module_name(path, ROOT))  # raises for a module outside the floors
 
 
 def test_the_check_sees_imports_and_catches_an_upward_one(tmp_path: Path) -> None:
@@ -77,7 +91,25 @@ def test_the_check_sees_imports_and_catches_an_upward_one(tmp_path: Path) -> Non
     (package / "model.py").write_text("")
     (package / "source" / "reader.py").write_text(f"from {PACKAGE}.remoting import client\n")
     (package / "remoting" / "client.py").write_text(f"from {PACKAGE}.model import Thing\nimport {PACKAGE}.source.reader\n")
-    assert upward_imports(package) == [f"{PACKAGE}.remoting.client -> {PACKAGE}.source.reader"]
+    assert refused_imports(package) == [f"{PACKAGE}.remoting.client -> {PACKAGE}.source.reader"]
+
+
+def test_rooms_of_one_floor_may_not_import_from_each_other(tmp_path: Path) -> None:
+    """The sink and the source share config and what is below it, but neither reaches into the other."""
+    package = tmp_path / PACKAGE
+    for folder in ("config", "source", "sink"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "config" / "cluster.py").write_text("")
+    (package / "source" / "options.py").write_text(f"from {PACKAGE}.config import cluster\n")
+    (package / "source" / "reader.py").write_text(f"from {PACKAGE}.source.options import Options\n"
+                                                  f"from {PACKAGE}.sink import writer\n")
+    (package / "sink" / "writer.py").write_text(f"from {PACKAGE}.config.cluster import NAME_SERVER\n"
+                                                f"import {PACKAGE}.source.options\n")
+    assert refused_imports(package) == [f"{PACKAGE}.sink.writer -> {PACKAGE}.source.options",
+                                        f"{PACKAGE}.source.reader -> {PACKAGE}.sink",
+                                        f"{PACKAGE}.source.reader -> {PACKAGE}.sink.writer"]
 
 
 def test_modules_stay_small() -> None:

@@ -18,6 +18,7 @@ from rocketmq_spark.records.decoder import decode_pulls
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from tests.records import (
     as_python,
     inner_message,
@@ -234,7 +235,10 @@ def test_broken_compressed_body_names_the_queue_offset(compression_type: int, ga
 # A body that decompresses to many times its size, and the bound the tests read it under.
 BOMB = bytes(64 * 1024)
 BOUND = 1000
-BOUND_ERROR = r"at topic TopicA, queue 3, queue offset 77 decompresses to more than 1000 bytes.*raise the maxBodyBytes"
+BOUND_FACTS = r"at topic TopicA, queue 3, queue offset 77 decompresses to more than 1000 bytes"
+# The decoders speak of their bound; the rows of a task name the option that sets it.
+BOUND_ERROR = BOUND_FACTS + r".*raise the bound above their size"
+OPTION_BOUND_ERROR = BOUND_FACTS + r".*raise the maxBodyBytes"
 
 
 def compressed_as(compression_type: int, data: bytes, frames: int = 1) -> tuple[int, bytes]:
@@ -255,18 +259,35 @@ ALL_COMPRESSIONS = pytest.mark.parametrize(
 )
 
 
-@ALL_COMPRESSIONS
-def test_a_body_decompressing_past_the_bound_fails_naming_the_message_and_the_option(
-        compression_type: int, frames: int) -> None:
-    """Both decoders stop at the bound (two frames each under it count together) and name the
-    message by topic, queue and offset, with what to do."""
+def bomb_body(compression_type: int, frames: int, magic: int = codes.MESSAGE_MAGIC_V1) -> bytes:
+    """A pull body whose second message, TopicA queue 3 offset 77, decompresses past BOUND."""
     sys_flag, compressed = compressed_as(compression_type, BOMB, frames)
     assert len(compressed) < BOUND
-    body = record(queue_offset=76, queue_id=3) + record(body=compressed, sys_flag=sys_flag, queue_offset=77, queue_id=3)
+    return (record(queue_offset=76, queue_id=3, magic=magic)
+            + record(body=compressed, sys_flag=sys_flag, queue_offset=77, queue_id=3, magic=magic))
+
+
+@ALL_COMPRESSIONS
+def test_a_body_decompressing_past_the_bound_fails_naming_the_message(compression_type: int, frames: int) -> None:
+    """Both decoders stop at the bound (two frames each under it count together) and name the
+    message by topic, queue and offset, with what to do."""
+    body = bomb_body(compression_type, frames)
     with pytest.raises(BodyTooLargeError, match=BOUND_ERROR):
         decode_messages(body, max_body_bytes=BOUND)
     with pytest.raises(BodyTooLargeError, match=BOUND_ERROR):
         decode_pulls([body], max_body_bytes=BOUND)
+
+
+@ALL_COMPRESSIONS
+@pytest.mark.parametrize("magic", [codes.MESSAGE_MAGIC_V1, codes.MESSAGE_MAGIC_V2], ids=["bulk", "per-record"])
+def test_the_rows_of_a_task_name_the_option_that_sets_the_bound(compression_type: int, frames: int,
+                                                                 magic: int) -> None:
+    """What a task fails with names the message and the option to raise, whichever decoder (the
+    bulk one at the flush, the per-record one as the pull is added) meets the body."""
+    builder = BatchBuilder([RowRange("TopicA", "broker-a", 3, 0, 100)], None, max_body_bytes=BOUND)
+    with pytest.raises(BodyTooLargeError, match=OPTION_BOUND_ERROR):
+        builder.add_pull(0, bomb_body(compression_type, frames, magic), 0)
+        builder.flush()
 
 
 @ALL_COMPRESSIONS

@@ -7,24 +7,28 @@ from datetime import datetime
 
 import pytest
 
-from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.config.cluster import CLUSTER_OPTIONS, RETRY_BUDGET_MS
+from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.model import ClientConfig, MessageQueue, SettingNames
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
-from rocketmq_spark.source.options import ConsumeFromWhere, OnOffsetReset, StartingMode, parse_options
+from rocketmq_spark.source.options import (
+    ALL_OPTIONS, ConsumeFromWhere, OnOffsetReset, ReadKind, StartingMode, parse_options,
+)
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
 
 NOW_MS = 1_700_000_000_000
 BASE = {"nameServer": "127.0.0.1:9876", "topic": "orders", "consumerGroup": "g"}
+STREAM, BATCH = ReadKind.STREAM, ReadKind.BATCH
 
 
 def stream(**extra: str) -> object:
-    return parse_options({**BASE, **extra}, streaming=True, now_ms=NOW_MS)
+    return parse_options({**BASE, **extra}, kind=ReadKind.STREAM, now_ms=NOW_MS)
 
 
 def batch(**extra: str) -> object:
     options = {**BASE, **extra}
-    return parse_options(options, streaming=False, now_ms=NOW_MS)
+    return parse_options(options, kind=ReadKind.BATCH, now_ms=NOW_MS)
 
 
 def test_stream_defaults() -> None:
@@ -46,7 +50,7 @@ def test_stream_defaults() -> None:
 
 
 def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
-    opts = parse_options({"nameServer": "h:1", "topic": "t", "namespace": "ns"}, streaming=False, now_ms=NOW_MS)
+    opts = parse_options({"nameServer": "h:1", "topic": "t", "namespace": "ns"}, kind=ReadKind.BATCH, now_ms=NOW_MS)
     assert opts.starting_mode is StartingMode.EARLIEST
     assert opts.consumer_group is None
     # Pulls name a group every broker has from its start, never namespaced.
@@ -86,45 +90,51 @@ def test_json_starting_offsets_and_namespace() -> None:
 
 
 @pytest.mark.parametrize(
-    ("streaming", "options", "option", "hint"),
+    ("kind", "options", "option", "hint"),
     [
-        (True, {"topic": "t", "consumerGroup": "g"}, "nameServer", "name server address"),
-        (True, {"nameServer": "h:1", "consumerGroup": "g"}, "topic", "topic to read"),
-        (True, {"nameServer": "h:1", "topic": "t"}, "consumerGroup", "required for streams"),
-        (True, {**BASE, "expressionType": "REGEX"}, "expressionType", "TAG, SQL92"),
-        (True, {**BASE, "consumeFromWhere": "FIRST"}, "consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET"),
-        (True, {**BASE, "startingOffsets": "begin"}, "startingOffsets", "group, earliest, latest"),
-        (True, {**BASE, "startingOffsets": "{not json"}, "startingOffsets", "malformed"),
-        (True, {**BASE, "startingOffsets": '{"orders": {"broker-a": {"0": -1}}}'}, "startingOffsets", "malformed"),
-        (True, {**BASE, "startingOffsets": '{"other": {"broker-a": {"0": 1}}}'}, "startingOffsets", "other"),
-        (True, {**BASE, "startingOffsets": '{"orders": {"b": {"0": 1}}}', "startingTimestamp": "1"},
+        (STREAM, {"topic": "t", "consumerGroup": "g"}, "nameServer", "name server address"),
+        (STREAM, {"nameServer": "h:1", "consumerGroup": "g"}, "topic", "topic to read"),
+        (STREAM, {"nameServer": "h:1", "topic": "t"}, "consumerGroup", "required for streams"),
+        (STREAM, {**BASE, "expressionType": "REGEX"}, "expressionType", "TAG, SQL92"),
+        (STREAM, {**BASE, "consumeFromWhere": "FIRST"}, "consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET"),
+        (STREAM, {**BASE, "startingOffsets": "begin"}, "startingOffsets", "group, earliest, latest"),
+        (STREAM, {**BASE, "startingOffsets": "{not json"}, "startingOffsets", "malformed"),
+        (STREAM, {**BASE, "startingOffsets": '{"orders": {"broker-a": {"0": -1}}}'}, "startingOffsets", "malformed"),
+        (STREAM, {**BASE, "startingOffsets": '{"other": {"broker-a": {"0": 1}}}'}, "startingOffsets", "other"),
+        (STREAM, {**BASE, "startingOffsets": '{"orders": {"b": {"0": 1}}}', "startingTimestamp": "1"},
          "startingTimestamp", "cannot be combined"),
-        (True, {**BASE, "endingOffsets": "latest"}, "endingOffsets", "batch reads only"),
-        (True, {**BASE, "endingTimestamp": "1"}, "endingTimestamp", "batch reads only"),
-        (False, {**BASE, "endingOffsets": "earliest"}, "endingOffsets", "latest, JSON"),
-        (True, {**BASE, "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger", "positive whole number"),
-        (True, {**BASE, "maxMessagesPerTrigger": "5", "minMessagesPerTrigger": "9"}, "minMessagesPerTrigger",
+        (STREAM, {**BASE, "endingOffsets": "latest"}, "endingOffsets", "batch reads only"),
+        (STREAM, {**BASE, "endingTimestamp": "1"}, "endingTimestamp", "batch reads only"),
+        (BATCH, {**BASE, "endingOffsets": "earliest"}, "endingOffsets", "latest, JSON"),
+        (STREAM, {**BASE, "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger", "positive whole number"),
+        (STREAM, {**BASE, "maxMessagesPerTrigger": "5", "minMessagesPerTrigger": "9"}, "minMessagesPerTrigger",
          "exceeds"),
-        (True, {**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "30s"),
-        (True, {**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss", "true, false"),
-        (True, {**BASE, "onOffsetReset": "replay"}, "onOffsetReset", "follow, ignore, fail"),
-        (True, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
-        (True, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
-        (True, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),
-        (True, {**BASE, "nameServer": "h:98760"}, "nameServer", "host:port"),
-        (True, {**BASE, "retryBudgetMs": "-1"}, "retryBudgetMs", "0 or more"),
-        (True, {**BASE, "pullTimeoutMs": "0"}, "pullTimeoutMs", "above 0"),
-        (True, {**BASE, "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger", "spelling"),
-        (True, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
+        (STREAM, {**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "30s"),
+        (STREAM, {**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss", "true, false"),
+        (STREAM, {**BASE, "onOffsetReset": "replay"}, "onOffsetReset", "follow, ignore, fail"),
+        (STREAM, {**BASE, "consumeTimestamp": "yesterday"}, "consumeTimestamp", "yyyyMMddHHmmss"),
+        (STREAM, {**BASE, "accessKey": "ak"}, "secretKey", "both"),
+        (STREAM, {**BASE, "nameServer": "localhost"}, "nameServer", "host:port"),
+        (STREAM, {**BASE, "nameServer": "h:98760"}, "nameServer", "host:port"),
+        (STREAM, {**BASE, "retryBudgetMs": "-1"}, "retryBudgetMs", "0 or more"),
+        (STREAM, {**BASE, "pullTimeoutMs": "0"}, "pullTimeoutMs", "above 0"),
+        (STREAM, {**BASE, "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger", "spelling"),
+        (STREAM, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
     ],
 )
-def test_bad_input_names_the_option_and_the_fix(streaming: bool, options: dict[str, str], option: str,
+def test_bad_input_names_the_option_and_the_fix(kind: ReadKind, options: dict[str, str], option: str,
                                                 hint: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        parse_options(options, streaming=streaming, now_ms=NOW_MS)
+        parse_options(options, kind=kind, now_ms=NOW_MS)
     assert f"option '{option}'" in str(caught.value)
     assert hint in str(caught.value)
     assert caught.value.retriable is False
+
+
+def test_the_source_takes_every_option_shared_with_writing() -> None:
+    assert set(CLUSTER_OPTIONS) | {RETRY_BUDGET_MS} <= set(ALL_OPTIONS)
+    assert stream(pullTimeoutMs="2500").client == ClientConfig(
+        ("127.0.0.1:9876",), request_timeout=2.5, setting_names=SettingNames("tlsTrustCertPath", "tlsVerify"))
 
 
 def test_retry_budgets_for_a_running_query_and_for_its_start() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source import spark_api
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
 from rocketmq_spark.source.datasource import RocketMQDataSource

@@ -12,8 +12,9 @@ import json
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import ConfigurationError, DataLossError
+from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.offsets import to_spark
 from rocketmq_spark.source.partition import RocketMQPartition

@@ -16,7 +16,7 @@ from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.fakes import FakeBrokers
@@ -26,7 +26,7 @@ from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3
 def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]:
     """A stream of both topics after its first trigger and commit: the next trigger is idle."""
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, streaming=True)
+                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, kind=ReadKind.STREAM)
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     reader.commit(end)
@@ -121,7 +121,7 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
     brokers = FakeBrokers(256)
     brokers.group_known = {f"broker-{b}" for b in range(known_on)}
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, streaming=True)
+                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, kind=ReadKind.STREAM)
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     # The first trigger stores where each queue starts: the group's first commit.
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
@@ -196,7 +196,7 @@ def test_a_stored_zero_is_told_from_none_stored_on_every_release(version: int) -
     stored_zero = [q for q in brokers.max if q.queue_id == 0]
     brokers.stored = dict.fromkeys(stored_zero, 0)
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
-                            streaming=True)  # CONSUME_FROM_LAST_OFFSET where nothing is stored
+                            kind=ReadKind.STREAM)  # CONSUME_FROM_LAST_OFFSET where nothing is stored
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     start = from_spark(reader.initialOffset())
     assert start == {q: 0 if q in stored_zero else brokers.max[q] for q in brokers.max}
@@ -226,7 +226,7 @@ def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -
     per broker and topic goes first, then the others in one more round."""
     brokers = kind(16)
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
-                            streaming=True)
+                            kind=ReadKind.STREAM)
     reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
     queues = reader.queues()
     rounds = brokers.rounds

@@ -10,12 +10,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.records import columnar
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -64,7 +64,7 @@ def test_readers_take_the_columns_of_the_schema_spark_gives() -> None:
 
 
 def test_partitions_carry_the_columns_to_the_tasks() -> None:
-    options = parse_options(OPTIONS, streaming=False)
+    options = parse_options(OPTIONS, kind=ReadKind.BATCH)
     queue = MessageQueue("t", "b", 0)
     parts = make_partitions(replace(options, columns=("body",)), [[QueueRange(queue, 0, 1)]])
     assert parts[0].columns == ("body",)

@@ -14,7 +14,7 @@ from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from tests.listeners import Listener
@@ -37,7 +37,7 @@ def refusing() -> Iterator[Callable[[str], Listener]]:
 
 def test_credentials_never_show_in_a_repr() -> None:
     opts = parse_options({"nameServer": "h:1", "topic": "orders", "consumerGroup": "g", "accessKey": "ak-4d1c",
-                          "secretKey": "sk-9b2e", "securityToken": "tok-51aa"}, streaming=True)
+                          "secretKey": "sk-9b2e", "securityToken": "tok-51aa"}, kind=ReadKind.STREAM)
     part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     for value in (opts, opts.client, opts.client.credentials, part):
         text = f"{value!r} {value}"

@@ -23,7 +23,7 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from tests.records import record
 from tests.support import PERM_READ_WRITE, TOPIC, VERSION_4_9_7, VERSION_5_3_3
 
@@ -115,7 +115,7 @@ def nearest(times: Sequence[int], timestamp: int) -> int:
 
 def search(broker: StoreTimeBroker, timestamp: int) -> dict[int, int]:
     options = parse_options({"nameServer": "127.0.0.1:9876", "topic": TOPIC, "startingTimestamp": str(timestamp)},
-                            streaming=False)
+                            kind=ReadKind.BATCH)
     reader = OffsetReader(options, client=broker)  # type: ignore[arg-type]
     queues = sorted(reader.queues())
     return {q.queue_id: offset for q, offset in reader.offsets_for_time(queues, timestamp).items()}

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection
-from rocketmq_spark.remoting.errors import CertificateError, ConfigurationError, NameServersUnavailableError
+from rocketmq_spark.remoting.errors import CertificateError, NameServersUnavailableError
 from rocketmq_spark.remoting.tls import certificate_error, client_context
 from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.offset_reader import UNVERIFIED_TLS_WARNING
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -67,13 +68,13 @@ def serve() -> Iterator[Callable[[CertificateFiles], Listener]]:
 
 
 def options(**extra: str) -> ClientConfig:
-    return parse_options({**BASE, **extra}, streaming=True).client
+    return parse_options({**BASE, **extra}, kind=ReadKind.STREAM).client
 
 
 def client(address: str, **extra: str) -> RocketMQClient:
     """A client of the options ``extra`` for the name server at ``address``."""
     config = parse_options({**BASE, "nameServer": address, "pullTimeoutMs": str(int(TIMEOUT_S * 1000)), **extra},
-                           streaming=True).client
+                           kind=ReadKind.STREAM).client
     return RocketMQClient(config)
 
 
@@ -90,7 +91,7 @@ def test_the_trust_bundle_is_read_at_load_and_travels_as_text(certs: dict[str, C
                                                                tmp_path: Path) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text(certs["both"].ca_cert.read_text())
-    opts = parse_options({**BASE, "TLS": "true", "tlstrustcertpath": str(bundle)}, streaming=True)
+    opts = parse_options({**BASE, "TLS": "true", "tlstrustcertpath": str(bundle)}, kind=ReadKind.STREAM)
     assert opts.client.tls_trust_pem == bundle.read_text() and opts.client.tls_trust_path == str(bundle)
     part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     bundle.unlink()  # an executor has no such file: what it gets is the pickled partition
@@ -232,6 +233,16 @@ def test_an_expired_certificate_asks_for_renewal() -> None:
     assert not error.retriable
 
 
+def test_the_fix_names_the_settings_as_whoever_built_the_config_calls_them() -> None:
+    """The client knows no option: a config built from options names them, any other its fields."""
+    err = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    err.verify_code, err.verify_message = CERT_HAS_EXPIRED, "certificate has expired"
+    from_options = str(certificate_error("10.0.0.7:10911", err, options(tls="true")))
+    by_hand = str(certificate_error("10.0.0.7:10911", err, ClientConfig(("10.0.0.7:9876",), tls=True)))
+    assert from_options.endswith("or, for tests only, set tlsVerify=false to accept any certificate")
+    assert by_hand.endswith("or, for tests only, set tls_verify=false to accept any certificate")
+
+
 def test_fresh_connections_each_get_their_first_answer(certs: dict[str, CertificateFiles],
                                                       serve: Callable[[CertificateFiles], Listener]) -> None:
     """A reader thread reading while the first request is written: with one ssl.SSLSocket shared
@@ -270,7 +281,7 @@ def test_threads_share_a_tls_connection(certs: dict[str, CertificateFiles],
 
 def test_no_verification_is_warned_about_once_per_query(caplog: pytest.LogCaptureFixture) -> None:
     """Once when the driver's reader first asks the brokers, not per trigger, connection or task."""
-    opts = parse_options({**BASE, "tls": "true", "tlsVerify": "false"}, streaming=True)
+    opts = parse_options({**BASE, "tls": "true", "tlsVerify": "false"}, kind=ReadKind.STREAM)
     with caplog.at_level(logging.WARNING, logger="rocketmq_spark"):
         reader = RocketMQStreamReader(opts)
         for _ in range(3):

@@ -16,7 +16,7 @@ from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import NameServersUnavailableError
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.options import parse_options
+from rocketmq_spark.source.options import ReadKind, parse_options
 from tests.listeners import Listener, closed_port
 
 TIMEOUT_S = 0.5
@@ -74,7 +74,7 @@ def test_a_connect_waits_at_most_the_connect_timeout() -> None:
 def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[..., Listener], kind: str) -> None:
     address = closed_port() if kind == "refused" else listen(kind).address
     options = parse_options({"nameServer": address, "topic": "orders", "consumerGroup": "g",
-                             "pullTimeoutMs": TIMEOUT_MS}, streaming=True)
+                             "pullTimeoutMs": TIMEOUT_MS}, kind=ReadKind.STREAM)
     reader = OffsetReader(options)
     assert reader.retry == options.start_retry
     began = time.monotonic()
@@ -86,7 +86,7 @@ def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[.
 
 def test_a_running_query_retries_for_its_budget() -> None:
     options = parse_options({"nameServer": "127.0.0.1:1", "topic": "orders", "consumerGroup": "g",
-                             "pullTimeoutMs": "3000", "retryBudgetMs": "120000"}, streaming=True)
+                             "pullTimeoutMs": "3000", "retryBudgetMs": "120000"}, kind=ReadKind.STREAM)
     reader = OffsetReader(options)
     assert (reader.retry.budget_s, options.retry.budget_s) == (3.0, 120.0)
     reader.running()

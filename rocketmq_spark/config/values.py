@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from rocketmq_spark.remoting.errors import ConfigurationError
+from rocketmq_spark.config.errors import ConfigurationError
 
 # Durations as Spark writes them: a number and a unit (none: milliseconds).
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -17,8 +17,10 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_0
 class OptionReader:
     """Case-insensitive access to the raw option strings, with typed getters that explain errors."""
 
-    def __init__(self, raw: Mapping[str, str], names: tuple[str, ...], ignored: frozenset[str]) -> None:
-        """``names``: the options as documented; ``ignored``: keys (lower case) accepted and dropped."""
+    def __init__(self, raw: Mapping[str, str], names: tuple[str, ...], ignored: frozenset[str], *,
+                 owner: str) -> None:
+        """``names``: the options as documented; ``ignored``: keys (lower case) accepted and dropped;
+        ``owner``: whose options they are, as the error about an unknown one says (the source, a sink)."""
         canonical = {name.lower(): name for name in names}
         self.values: dict[str, str] = {}
         unknown = []
@@ -31,7 +33,7 @@ class OptionReader:
             self.values[name] = str(value)
         if unknown:
             raise ConfigurationError(
-                ", ".join(sorted(unknown)), "not an option of the rocketmq source",
+                ", ".join(sorted(unknown)), f"not an option of {owner}",
                 f"Check the spelling; the options are: {', '.join(names)}",
             )
 
