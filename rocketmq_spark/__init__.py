@@ -18,8 +18,10 @@ __version__ = "0.1.0"
 __all__ = ["RocketMQDataSource", "__version__"]
 
 MIN_PYSPARK = (4, 0)
-_GET_PYSPARK = ('run it where Spark 4 brings PySpark (Databricks Runtime 17.3 LTS or later, any Spark 4.x), '
-                'or install PyPI\'s with: pip install "rocketmq-spark[spark]"')
+_GET_PYSPARK = (
+    "run it where Spark 4 brings PySpark (Databricks Runtime 17.3 LTS or later, any Spark 4.x), "
+    'or install PyPI\'s with: pip install "rocketmq-spark[spark]"'
+)
 
 
 def pyspark_problem(version: str | None) -> str | None:
@@ -28,8 +30,10 @@ def pyspark_problem(version: str | None) -> str | None:
         return f"rocketmq-spark needs PySpark 4.0 or later and found no PySpark: {_GET_PYSPARK}"
     found = re.match(r"(\d+)\.(\d+)", version)
     if found is None or (int(found[1]), int(found[2])) < MIN_PYSPARK:
-        return (f"rocketmq-spark needs PySpark 4.0 or later (the first with Python streaming data sources) and "
-                f"found PySpark {version}: {_GET_PYSPARK}")
+        return (
+            f"rocketmq-spark needs PySpark 4.0 or later (the first with Python streaming data sources) and "
+            f"found PySpark {version}: {_GET_PYSPARK}"
+        )
     return None
 
 

@@ -34,5 +34,5 @@ def body(case: str) -> bytes:
     data = raw(case)
     if not expectations()[case].get("frame"):
         return data
-    header_length = int.from_bytes(data[LENGTH_FIELD_BYTES:2 * LENGTH_FIELD_BYTES], "big") & HEADER_LENGTH_MASK
-    return data[2 * LENGTH_FIELD_BYTES + header_length:]
+    header_length = int.from_bytes(data[LENGTH_FIELD_BYTES : 2 * LENGTH_FIELD_BYTES], "big") & HEADER_LENGTH_MASK
+    return data[2 * LENGTH_FIELD_BYTES + header_length :]

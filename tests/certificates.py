@@ -48,19 +48,65 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise CertificateToolError(f"openssl {args[0]} failed: {err.stderr.strip()}") from err
 
 
-def make_test_certificates(directory: Path, sans: Sequence[str] = SERVER_SANS,
-                           days: int = VALIDITY_DAYS) -> CertificateFiles:
+def make_test_certificates(
+    directory: Path, sans: Sequence[str] = SERVER_SANS, days: int = VALIDITY_DAYS
+) -> CertificateFiles:
     """A fresh CA and a server certificate it signs for ``sans`` (``IP:...``, ``DNS:...``)."""
     directory.mkdir(parents=True, exist_ok=True)
     certs = CertificateFiles(directory / CA_CERT, directory / SERVER_CERT, directory / SERVER_KEY)
     csr, ext = "server.csr", "server.ext"
-    _openssl("req", "-x509", "-newkey", f"rsa:{RSA_BITS}", "-nodes", "-keyout", CA_KEY, "-out", CA_CERT,
-             "-days", str(days), "-subj", CA_SUBJECT, "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)
-    _openssl("req", "-newkey", f"rsa:{RSA_BITS}", "-nodes", "-keyout", SERVER_KEY, "-out", csr,
-             "-subj", SERVER_SUBJECT, cwd=directory)
-    (directory / ext).write_text(f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\n"
-                                 "basicConstraints=CA:FALSE\n")
-    _openssl("x509", "-req", "-in", csr, "-CA", CA_CERT, "-CAkey", CA_KEY, "-CAcreateserial",
-             "-out", SERVER_CERT, "-days", str(days), "-extfile", ext, cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        f"rsa:{RSA_BITS}",
+        "-nodes",
+        "-keyout",
+        CA_KEY,
+        "-out",
+        CA_CERT,
+        "-days",
+        str(days),
+        "-subj",
+        CA_SUBJECT,
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=directory,
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        f"rsa:{RSA_BITS}",
+        "-nodes",
+        "-keyout",
+        SERVER_KEY,
+        "-out",
+        csr,
+        "-subj",
+        SERVER_SUBJECT,
+        cwd=directory,
+    )
+    (directory / ext).write_text(
+        f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        CA_CERT,
+        "-CAkey",
+        CA_KEY,
+        "-CAcreateserial",
+        "-out",
+        SERVER_CERT,
+        "-days",
+        str(days),
+        "-extfile",
+        ext,
+        cwd=directory,
+    )
     return certs

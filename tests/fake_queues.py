@@ -16,7 +16,7 @@ from rocketmq_spark.remoting.client import PullResult, PullStatus
 from rocketmq_spark.remoting.errors import RequestTimeoutError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID, BrokerData, TopicRoute
-from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.records import inner_message, properties_block, record
@@ -35,9 +35,17 @@ class FakeQueue:
     most ``cap`` messages an answer (the broker's byte and count limits), and optionally one
     inner-batch record covering ``batch`` returned whole."""
 
-    def __init__(self, max_offset: int, *, min_offset: int = 0, cap: int = 1000,
-                 tags: dict[int, str] | None = None, batch: range | None = None, scan_limit: int = 20,
-                 hole: range | None = None) -> None:
+    def __init__(
+        self,
+        max_offset: int,
+        *,
+        min_offset: int = 0,
+        cap: int = 1000,
+        tags: dict[int, str] | None = None,
+        batch: range | None = None,
+        scan_limit: int = 20,
+        hole: range | None = None,
+    ) -> None:
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.cap = cap
@@ -61,12 +69,25 @@ class FakeQueue:
             inner = b"".join(
                 inner_message(0, f"m{o}".encode(), properties_block({"TAGS": self.tag(o)})) for o in self.batch
             )
-            return record(queue_offset=offset, body=inner,
-                          sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP)
-        return record(queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)}))
+            return record(
+                queue_offset=offset, body=inner, sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP
+            )
+        return record(
+            queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)})
+        )
 
-    def pull_async(self, address: str, queue: MessageQueue, offset: int, *, group: str, max_messages: int,
-                   subscription: str, expression_type: str, suspend_timeout_ms: int = 0) -> FakePending:
+    def pull_async(
+        self,
+        address: str,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        group: str,
+        max_messages: int,
+        subscription: str,
+        expression_type: str,
+        suspend_timeout_ms: int = 0,
+    ) -> FakePending:
         """Sent now, answered when the reader asks for the result."""
         self.pulls.append((offset, max_messages))
         self.active += 1
@@ -87,8 +108,9 @@ class FakeQueue:
         if offset == self.max_offset:
             return PullResult(PullStatus.NO_NEW_MSG, offset, self.min_offset, self.max_offset, b"")
         if self.hole is not None and offset in self.hole:  # OFFSET_FOUND_NULL: the next index file's start
-            return PullResult(PullStatus.NO_NEW_MSG, self.hole.stop, self.min_offset, self.max_offset, b"",
-                              "OFFSET_FOUND_NULL")
+            return PullResult(
+                PullStatus.NO_NEW_MSG, self.hole.stop, self.min_offset, self.max_offset, b"", "OFFSET_FOUND_NULL"
+            )
         end = self.hole.start if self.hole is not None and offset < self.hole.start else self.max_offset
         wanted = parse_tag_expression(subscription) if expression_type == EXPRESSION_TAG else None
         records: list[bytes] = []
@@ -106,13 +128,18 @@ class FakeQueue:
             at = span.stop
         status = PullStatus.FOUND if records else PullStatus.NO_MATCHED_MSG
         self.served += found
-        return PullResult(status, at, self.min_offset, self.max_offset, b"".join(records),
-                          "FOUND" if records else "NO_MATCHED_MESSAGE")
+        return PullResult(
+            status,
+            at,
+            self.min_offset,
+            self.max_offset,
+            b"".join(records),
+            "FOUND" if records else "NO_MATCHED_MESSAGE",
+        )
 
     def pulled_at(self, offset: int) -> int:
         """How many pulls started at ``offset``."""
         return sum(1 for at, _ in self.pulls if at == offset)
-
 
 
 class FakePending:
@@ -135,8 +162,9 @@ class HeldPulls:
 
     def topic_route(self, topic: str) -> TopicRoute:
         """One master per broker name the tests read."""
-        return TopicRoute(topic, (), {name: BrokerData(name, {MASTER_BROKER_ID: BROKER_ADDRESS})
-                                      for name in ("broker-a", "broker-b")})
+        return TopicRoute(
+            topic, (), {name: BrokerData(name, {MASTER_BROKER_ID: BROKER_ADDRESS}) for name in ("broker-a", "broker-b")}
+        )
 
     @contextmanager
     def pulls_together(self) -> Iterator[None]:
@@ -176,15 +204,26 @@ class FakeClient(HeldPulls):
         return self.holder[0].max_offset
 
 
-def partition(start: int, end: int, *, expression: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
-              pull_batch_size: int = 32, fail_on_data_loss: bool = True,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RocketMQPartition:
+def partition(
+    start: int,
+    end: int,
+    *,
+    expression: str = SUBSCRIBE_ALL,
+    expression_type: str = EXPRESSION_TAG,
+    pull_batch_size: int = 32,
+    fail_on_data_loss: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> RocketMQPartition:
     return RocketMQPartition(
         ranges=(ReadRange(QUEUE, start, end),),
-        client=ClientConfig(("127.0.0.1:1",)), group="g", sub_expression=expression,
+        client=ClientConfig(("127.0.0.1:1",)),
+        group="g",
+        sub_expression=expression,
         expression_type=expression_type,
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
-        pull_batch_size=pull_batch_size, fail_on_data_loss=fail_on_data_loss, retry=FAST_RETRY,
+        pull_batch_size=pull_batch_size,
+        fail_on_data_loss=fail_on_data_loss,
+        retry=FAST_RETRY,
         max_body_bytes=max_body_bytes,
     )
 

@@ -35,8 +35,9 @@ from tests.support import ADDRESS, BROKERS, PERM_READ_WRITE, TOPICS, VERSION_5_3
 
 T = TypeVar("T")
 
-MEMBERSHIP_CODES = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
-                              RequestCode.GET_CONSUMER_LIST_BY_GROUP})
+MEMBERSHIP_CODES = frozenset(
+    {RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP}
+)
 
 
 # ------------------------------------------------------------------------------ the protocols
@@ -48,8 +49,9 @@ class GroupClient(Protocol):
 
     def serve(self, handler: ServerRequestHandler | None) -> None: ...
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
-                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]: ...
+    def call_many(
+        self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
+    ) -> list[T | RocketMQError]: ...
 
 
 class BrokerClient(GroupClient, Protocol):
@@ -128,8 +130,9 @@ class FakeMembers(GroupClient):
     def listed(self, address: str) -> set[str]:
         return self.others | self.members.setdefault(address, set())
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
-                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
+    def call_many(
+        self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
+    ) -> list[T | RocketMQError]:
         outcomes: list[T | RocketMQError] = []
         for address, call in addressed:
             self.sent.append((address, call.code))
@@ -154,8 +157,9 @@ class FakeMembers(GroupClient):
         if call.code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             ids = sorted(self.listed(address))
             if not ids:
-                return RemotingCommand(ResponseCode.SYSTEM_ERROR,
-                                       remark=f"{NO_CONSUMER_REMARK}, {call.fields['consumerGroup']}")
+                return RemotingCommand(
+                    ResponseCode.SYSTEM_ERROR, remark=f"{NO_CONSUMER_REMARK}, {call.fields['consumerGroup']}"
+                )
             return RemotingCommand(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
         raise AssertionError(f"unexpected request {call.code}")
 
@@ -164,8 +168,12 @@ class FakeOffsets(OffsetQuestions):
     """A topic's queues as the brokers would describe them: ``[min, max)`` per queue, the group's
     stored offsets, the store time of each offset, and brokers that are away."""
 
-    def __init__(self, queues: Mapping[MessageQueue, tuple[int, int]], stored: Mapping[MessageQueue, int] | None = None,
-                 times: Mapping[MessageQueue, list[int]] | None = None) -> None:
+    def __init__(
+        self,
+        queues: Mapping[MessageQueue, tuple[int, int]],
+        stored: Mapping[MessageQueue, int] | None = None,
+        times: Mapping[MessageQueue, list[int]] | None = None,
+    ) -> None:
         self.ranges = dict(queues)
         self.stored: dict[MessageQueue, int] = dict(stored or {})
         self.times = dict(times or {})
@@ -238,13 +246,18 @@ class FakeBrokers(BrokerClient):
     They answer with the bytes a broker sends (topic stats as fastjson, offsets in header fields),
     so the calls' own readers run as they do against a real broker."""
 
-    def __init__(self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10,
-                 version: int = VERSION_5_3_3) -> None:
+    def __init__(
+        self, queues_per_broker: int, *, topic_stats: bool = True, messages: int = 10, version: int = VERSION_5_3_3
+    ) -> None:
         self.version = version
         self.queues_per_broker = queues_per_broker
         self.topic_stats = topic_stats
-        self.max = {MessageQueue(t, f"broker-{b}", q): messages
-                    for t in TOPICS for b in range(BROKERS) for q in range(queues_per_broker)}
+        self.max = {
+            MessageQueue(t, f"broker-{b}", q): messages
+            for t in TOPICS
+            for b in range(BROKERS)
+            for q in range(queues_per_broker)
+        }
         self.stored: dict[MessageQueue, int] = {}
         self.sent: list[int] = []  # request codes, in order
         self.away: set[str] = set()  # brokers stopped: unregistered, their port closed
@@ -278,8 +291,9 @@ class FakeBrokers(BrokerClient):
     def connections_opened(self, address: str) -> int:
         return self.connections.setdefault(address, 1)
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[T]]],
-                  window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
+    def call_many(
+        self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
+    ) -> list[T | RocketMQError]:
         self.rounds += 1
         # The (broker, topic) offset tables of the group before this round, and the queues each
         # table created in this round holds (see UPDATE_CONSUMER_OFFSET below).
@@ -315,20 +329,26 @@ class FakeBrokers(BrokerClient):
             if not self.topic_stats:
                 return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
             table = ",".join(
-                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
+                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic})
+                + ":"
                 + json.dumps({"lastUpdateTimestamp": 0, "maxOffset": high, "minOffset": 0})
-                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
+                for q, high in self.max.items()
+                if q.topic == fields["topic"] and q.broker_name == fields["bname"]
             )
-            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + table + '}}').encode())
+            return RemotingCommand(ResponseCode.SUCCESS, body=('{"offsetTable":{' + table + "}}").encode())
         if code == RequestCode.GET_CONSUME_STATS:
             if not self.topic_stats:  # a proxy serves neither
                 return RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
             table = ",".join(
-                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + ":"
+                json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic})
+                + ":"
                 + json.dumps({"brokerOffset": high, "consumerOffset": self.stored.get(q, 0), "lastTimestamp": 0})
-                for q, high in self.max.items() if q.topic == fields["topic"] and q.broker_name == fields["bname"]
+                for q, high in self.max.items()
+                if q.topic == fields["topic"] and q.broker_name == fields["bname"]
             )
-            return RemotingCommand(ResponseCode.SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + table + '}}').encode())
+            return RemotingCommand(
+                ResponseCode.SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + table + "}}").encode()
+            )
         queue = MessageQueue(str(fields["topic"]), str(fields["bname"]), int(fields["queueId"]))  # type: ignore[call-overload]
         if code == RequestCode.GET_MAX_OFFSET:
             return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"offset": str(self.max[queue])})
@@ -343,8 +363,14 @@ class FakeBrokers(BrokerClient):
         if code == RequestCode.PULL_MESSAGE:
             if self.group_known is not None:
                 self.group_known.add(queue.broker_name)  # autoCreateSubscriptionGroup
-            return RemotingCommand(ResponseCode.PULL_NOT_FOUND, ext_fields={
-                "nextBeginOffset": str(fields["queueOffset"]), "minOffset": "0", "maxOffset": str(self.max[queue])})
+            return RemotingCommand(
+                ResponseCode.PULL_NOT_FOUND,
+                ext_fields={
+                    "nextBeginOffset": str(fields["queueOffset"]),
+                    "minOffset": "0",
+                    "maxOffset": str(self.max[queue]),
+                },
+            )
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             if self.group_known is not None and queue.broker_name not in self.group_known:
                 return RemotingCommand(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="subscription group not exist")

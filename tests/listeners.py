@@ -76,8 +76,13 @@ class Listener:
         frames = FrameReader()
         while data := conn.recv(65536):
             for request in frames.feed(data):
-                conn.sendall(encode_frame(RemotingCommand(code=self.code, opaque=request.opaque,
-                                                          flag=codes.FLAG_RESPONSE, remark=self.remark)))
+                conn.sendall(
+                    encode_frame(
+                        RemotingCommand(
+                            code=self.code, opaque=request.opaque, flag=codes.FLAG_RESPONSE, remark=self.remark
+                        )
+                    )
+                )
 
     def close(self) -> None:
         # Shut down first: a thread blocked reading one of them wakes now, before its descriptor

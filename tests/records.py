@@ -60,9 +60,7 @@ def record(
         sys_flag |= codes.MSG_FLAG_BORNHOST_V6
     if len(store_host[0]) == 16:
         sys_flag |= codes.MSG_FLAG_STOREHOST_V6
-    topic_length = (
-        struct.pack(">B", len(topic)) if magic == codes.MESSAGE_MAGIC_V1 else struct.pack(">H", len(topic))
-    )
+    topic_length = struct.pack(">B", len(topic)) if magic == codes.MESSAGE_MAGIC_V1 else struct.pack(">H", len(topic))
     after_size = b"".join(
         (
             struct.pack(">I", magic),

@@ -67,8 +67,13 @@ def ranges(parts: Iterable[Any]) -> list[tuple[MessageQueue, int, int]]:
 
 def notice(offsets: dict[MessageQueue, int], group: str = "g") -> RemotingCommand:
     """RESET_CONSUMER_CLIENT_OFFSET as a 4.9 broker sends it: a ResetOffsetBody in fastjson."""
-    table = ",".join(json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + f":{o}"
-                     for q, o in offsets.items())
-    return RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flag=FLAG_ONEWAY,
-                           ext_fields={"topic": TOPIC, "group": group, "timestamp": NOTICE_TIMESTAMP_MS},
-                           body=("{\"offsetTable\":{" + table + "}}").encode())
+    table = ",".join(
+        json.dumps({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}) + f":{o}"
+        for q, o in offsets.items()
+    )
+    return RemotingCommand(
+        RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+        flag=FLAG_ONEWAY,
+        ext_fields={"topic": TOPIC, "group": group, "timestamp": NOTICE_TIMESTAMP_MS},
+        body=('{"offsetTable":{' + table + "}}").encode(),
+    )

@@ -30,7 +30,7 @@ from rocketmq_spark.remoting.client import Boundary, PullResult, PullStatus, Roc
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, TopicNotFoundError,
 )
-from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.model import parse_tag_expression
 
 pytestmark = pytest.mark.integration
 

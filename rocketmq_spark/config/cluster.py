@@ -29,8 +29,17 @@ NAMESPACE = "namespace"
 RETRY_BUDGET_MS = "retryBudgetMs"
 
 # The options both contracts list: how to reach and address the cluster.
-CLUSTER_OPTIONS = (NAME_SERVER, PULL_TIMEOUT_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH,
-                   TLS_VERIFY, NAMESPACE)
+CLUSTER_OPTIONS = (
+    NAME_SERVER,
+    PULL_TIMEOUT_MS,
+    ACCESS_KEY,
+    SECRET_KEY,
+    SECURITY_TOKEN,
+    TLS,
+    TLS_TRUST_CERT_PATH,
+    TLS_VERIFY,
+    NAMESPACE,
+)
 
 DEFAULT_PULL_TIMEOUT_MS = 10_000
 DEFAULT_RETRY_BUDGET_MS = 60_000
@@ -43,8 +52,11 @@ OPTION_NAMES = SettingNames(tls_trust=TLS_TRUST_CERT_PATH, tls_verify=TLS_VERIFY
 
 def name_servers(reader: OptionReader) -> tuple[str, ...]:
     """The ``nameServer`` list, each entry ``host:port``."""
-    servers = parse_name_servers(reader.required(
-        NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"))
+    servers = parse_name_servers(
+        reader.required(
+            NAME_SERVER, "Set it to the name server address(es), e.g. 127.0.0.1:9876 or host1:9876;host2:9876"
+        )
+    )
     for address in servers:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit() or int(port) > MAX_PORT:
@@ -58,9 +70,16 @@ def client_config(reader: OptionReader, servers: tuple[str, ...]) -> ClientConfi
     pull_timeout_ms = reader.positive_int(PULL_TIMEOUT_MS, DEFAULT_PULL_TIMEOUT_MS) or DEFAULT_PULL_TIMEOUT_MS
     tls, verify, path = reader.boolean(TLS, False), reader.boolean(TLS_VERIFY, True), reader.get(TLS_TRUST_CERT_PATH)
     pem = _trust_bundle(tls, verify, path)
-    return ClientConfig(name_servers=servers, request_timeout=pull_timeout_ms / MS_PER_SECOND,
-                        credentials=credentials, tls=tls, tls_verify=verify, tls_trust_pem=pem, tls_trust_path=path,
-                        setting_names=OPTION_NAMES)
+    return ClientConfig(
+        name_servers=servers,
+        request_timeout=pull_timeout_ms / MS_PER_SECOND,
+        credentials=credentials,
+        tls=tls,
+        tls_verify=verify,
+        tls_trust_pem=pem,
+        tls_trust_path=path,
+        setting_names=OPTION_NAMES,
+    )
 
 
 def retry_policy(reader: OptionReader) -> Retry:
@@ -75,8 +94,9 @@ def _credentials(reader: OptionReader) -> Credentials | None:
     access_key, secret_key = reader.get(ACCESS_KEY), reader.get(SECRET_KEY)
     if (access_key is None) != (secret_key is None):
         missing = SECRET_KEY if secret_key is None else ACCESS_KEY
-        raise ConfigurationError(missing, "is required with the other ACL credential",
-                                 f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither")
+        raise ConfigurationError(
+            missing, "is required with the other ACL credential", f"Set both {ACCESS_KEY} and {SECRET_KEY}, or neither"
+        )
     if access_key is None or secret_key is None:
         return None
     return Credentials(access_key, secret_key, reader.get(SECURITY_TOKEN))
@@ -90,13 +110,20 @@ def _trust_bundle(tls: bool, verify: bool, path: str | None) -> str | None:
         if given and not tls:
             raise ConfigurationError(name, "applies only to TLS connections", f"Set {TLS}=true, or remove {name}")
     if path is not None and not verify:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, f"is unused with {TLS_VERIFY}=false, which trusts any "
-                                 "certificate", f"Remove one of the two ({TLS_VERIFY}=false is for tests only)")
+        raise ConfigurationError(
+            TLS_TRUST_CERT_PATH,
+            f"is unused with {TLS_VERIFY}=false, which trusts any certificate",
+            f"Remove one of the two ({TLS_VERIFY}=false is for tests only)",
+        )
     try:  # read here, on the driver: the text travels with the options, so executors need no file
         return None if path is None else read_trust_bundle(path)
     except ValueError as err:
-        raise ConfigurationError(TLS_TRUST_CERT_PATH, str(err), "Give the path, on the Spark driver, of a PEM "
-                                 "file of the CA certificates that sign the servers' certificates") from err
+        raise ConfigurationError(
+            TLS_TRUST_CERT_PATH,
+            str(err),
+            "Give the path, on the Spark driver, of a PEM "
+            "file of the CA certificates that sign the servers' certificates",
+        ) from err
 
 
 def with_namespace(resource: str, namespace: str | None) -> str:
@@ -109,4 +136,4 @@ def with_namespace(resource: str, namespace: str | None) -> str:
 def without_namespace(resource: str, namespace: str | None) -> str:
     """The resource as the user names it: without the namespace prefix."""
     prefix = f"{namespace}{NAMESPACE_SEPARATOR}" if namespace else None
-    return resource[len(prefix):] if prefix and resource.startswith(prefix) else resource
+    return resource[len(prefix) :] if prefix and resource.startswith(prefix) else resource

@@ -10,15 +10,23 @@ from rocketmq_spark.config.errors import ConfigurationError
 
 # Durations as Spark writes them: a number and a unit (none: milliseconds).
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
-_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
-                "h": 3_600_000, "d": 86_400_000}
+_DURATION_MS = {
+    "us": 0.001,
+    "ms": 1,
+    None: 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 
 
 class OptionReader:
     """Case-insensitive access to the raw option strings, with typed getters that explain errors."""
 
-    def __init__(self, raw: Mapping[str, str], names: tuple[str, ...], ignored: frozenset[str], *,
-                 owner: str) -> None:
+    def __init__(self, raw: Mapping[str, str], names: tuple[str, ...], ignored: frozenset[str], *, owner: str) -> None:
         """``names``: the options as documented; ``ignored``: keys (lower case) accepted and dropped;
         ``owner``: whose options they are, as the error about an unknown one says (the source, a sink)."""
         canonical = {name.lower(): name for name in names}
@@ -33,7 +41,8 @@ class OptionReader:
             self.values[name] = str(value)
         if unknown:
             raise ConfigurationError(
-                ", ".join(sorted(unknown)), f"not an option of {owner}",
+                ", ".join(sorted(unknown)),
+                f"not an option of {owner}",
                 f"Check the spelling; the options are: {', '.join(names)}",
             )
 
@@ -75,8 +84,9 @@ class OptionReader:
         except ValueError:
             number = -1
         if number < 0 or (number == 0 and not zero_ok):
-            kind, least = ("whole number of 0 or more", "0 or more") if zero_ok else (
-                "positive whole number", "above 0")
+            kind, least = (
+                ("whole number of 0 or more", "0 or more") if zero_ok else ("positive whole number", "above 0")
+            )
             raise ConfigurationError(name, f"'{value}' is not a {kind}", f"Give a number {least}")
         return number
 
@@ -85,8 +95,11 @@ class OptionReader:
         if value is None:
             return None
         if not value.isdigit():
-            raise ConfigurationError(name, f"'{value}' is not a time in epoch milliseconds",
-                                     "Give milliseconds since 1970-01-01T00:00:00Z, e.g. 1700000000000")
+            raise ConfigurationError(
+                name,
+                f"'{value}' is not a time in epoch milliseconds",
+                "Give milliseconds since 1970-01-01T00:00:00Z, e.g. 1700000000000",
+            )
         return int(value)
 
     def duration_ms(self, name: str, default: int) -> int:
@@ -95,7 +108,10 @@ class OptionReader:
             return default
         match = _DURATION.match(value)
         if match is None:
-            raise ConfigurationError(name, f"'{value}' is not a duration",
-                                     "Write it as Spark does: a number with a unit, e.g. 500ms, 30s, 15m, 1h")
+            raise ConfigurationError(
+                name,
+                f"'{value}' is not a duration",
+                "Write it as Spark does: a number with a unit, e.g. 500ms, 30s, 15m, 1h",
+            )
         unit = match.group(2).lower() if match.group(2) else None
         return int(int(match.group(1)) * _DURATION_MS[unit])

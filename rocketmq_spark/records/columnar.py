@@ -39,8 +39,7 @@ _MIN_RECORD = _BODY_START + _TAIL_MIN
 # totalSize, magic and sysFlag in one call: all the scan needs to route a record.
 _SCAN = layout.prefix_struct(("total_size", "magic", "sys_flag"))
 _NOT_TAKEN_FLAGS = (
-    codes.MSG_FLAG_BORNHOST_V6 | codes.MSG_FLAG_STOREHOST_V6
-    | codes.MSG_FLAG_NEED_UNWRAP | codes.MSG_FLAG_INNER_BATCH
+    codes.MSG_FLAG_BORNHOST_V6 | codes.MSG_FLAG_STOREHOST_V6 | codes.MSG_FLAG_NEED_UNWRAP | codes.MSG_FLAG_INNER_BATCH
 )
 
 # Arrow's binary view: four int32 words, length then either the bytes inline (up to 12) or a
@@ -99,8 +98,12 @@ def _column(header: np.ndarray, name: str) -> np.ndarray:
     return raw.view(dtype).ravel().astype(dtype.newbyteorder("="))
 
 
-def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
-                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, wanted: frozenset[str] = EVERY_COLUMN) -> ArrowColumns:
+def decode_bulk(
+    bodies: Sequence[bytes],
+    starts: Sequence[Sequence[int]],
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    wanted: frozenset[str] = EVERY_COLUMN,
+) -> ArrowColumns:
     """Decode PULL bodies that :func:`scan_records` took, given the starts it found; of the
     columns not ``wanted``, those that cost a pass of their own (properties, hosts, ids, bodies)
     are skipped and come out null.
@@ -113,9 +116,7 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
     if len(data) > _MAX_VIEW_OFFSET:
         raise NotTaken
     buf = np.frombuffer(data, np.uint8)
-    counts = np.fromiter(map(len, starts), np.int64, len(starts))
-    bases = np.fromiter(accumulate(map(len, bodies), initial=0), np.int64, len(bodies) + 1)[:-1]
-    at = np.fromiter(chain.from_iterable(starts), np.int64, int(counts.sum())) + np.repeat(bases, counts)
+    at = _record_starts(bodies, starts)
     if len(at) == 0:
         return walk_columns(b"")
     # Every record taken here is at least _BODY_START long, so this stays inside the buffer.
@@ -123,18 +124,7 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
     header_bytes = np.arange(_BODY_START, dtype=_OFFSETS)
     header = np.take(buf, at.astype(_OFFSETS)[:, None] + header_bytes)
 
-    record_end = at + _column(header, "total_size")
-    body_start = at + _BODY_START
-    body_length = _column(header, "body_length")
-    topic_length_at = body_start + body_length
-    if (body_length < 0).any() or (topic_length_at + _TAIL_MIN > record_end).any():
-        raise NotTaken
-    properties_length_at = topic_length_at + _TOPIC_LENGTH.itemsize + buf[topic_length_at]
-    if (properties_length_at + _PROPERTIES_LENGTH.itemsize > record_end).any():
-        raise NotTaken
-    properties_start = properties_length_at + _PROPERTIES_LENGTH.itemsize
-    if (properties_start + _gather(buf, properties_length_at, _PROPERTIES_LENGTH) != record_end).any():
-        raise NotTaken
+    record_end, body_start, body_length, topic_length_at, properties_start = _checked_layout(buf, at, header)
 
     sys_flag = _column(header, "sys_flag")
     queue_offset = _column(header, "queue_offset")
@@ -142,10 +132,11 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
     body = None
     if steps.body:
         compressed = (sys_flag & codes.MSG_FLAG_COMPRESSED).astype(bool) & (body_length > 0)
-        if compressed.any():
-            body = _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at, max_body_bytes)
-        else:
-            body = _binary(data, buf, body_start, body_length)
+        body = (
+            _decompressed_bodies(data, body_start, topic_length_at, sys_flag, queue_offset, at, max_body_bytes)
+            if compressed.any()
+            else _binary(data, buf, body_start, body_length)
+        )
     properties = None
     if steps.properties:
         properties = split_blocks(_binary(data, buf, properties_start, record_end - properties_start))
@@ -161,6 +152,33 @@ def decode_bulk(bodies: Sequence[bytes], starts: Sequence[Sequence[int]],
         reconsume_times=_column(header, "reconsume_times"),
         flag=_column(header, "flag"),
     )
+
+
+def _checked_layout(
+    buf: np.ndarray, at: np.ndarray, header: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each record's end, body start and length, topic length position and properties start,
+    with the lengths checked against each other; ``NotTaken`` if any record is inconsistent."""
+    record_end = at + _column(header, "total_size")
+    body_start = at + _BODY_START
+    body_length = _column(header, "body_length")
+    topic_length_at = body_start + body_length
+    if (body_length < 0).any() or (topic_length_at + _TAIL_MIN > record_end).any():
+        raise NotTaken
+    properties_length_at = topic_length_at + _TOPIC_LENGTH.itemsize + buf[topic_length_at]
+    if (properties_length_at + _PROPERTIES_LENGTH.itemsize > record_end).any():
+        raise NotTaken
+    properties_start = properties_length_at + _PROPERTIES_LENGTH.itemsize
+    if (properties_start + _gather(buf, properties_length_at, _PROPERTIES_LENGTH) != record_end).any():
+        raise NotTaken
+    return record_end, body_start, body_length, topic_length_at, properties_start
+
+
+def _record_starts(bodies: Sequence[bytes], starts: Sequence[Sequence[int]]) -> np.ndarray:
+    """Where each record starts in the bodies joined end to end."""
+    counts = np.fromiter(map(len, starts), np.int64, len(starts))
+    bases = np.fromiter(accumulate(map(len, bodies), initial=0), np.int64, len(bodies) + 1)[:-1]
+    return np.fromiter(chain.from_iterable(starts), np.int64, int(counts.sum())) + np.repeat(bases, counts)
 
 
 def _binary(data: bytes, buf: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.BinaryArray:
@@ -188,15 +206,23 @@ def _binary(data: bytes, buf: np.ndarray, start: np.ndarray, length: np.ndarray)
     return array.cast(pa.binary())
 
 
-def _decompressed_bodies(data: bytes, start: np.ndarray, end: np.ndarray, sys_flag: np.ndarray,
-                         queue_offset: np.ndarray, at: np.ndarray, max_body_bytes: int) -> pa.Array:
+def _decompressed_bodies(
+    data: bytes,
+    start: np.ndarray,
+    end: np.ndarray,
+    sys_flag: np.ndarray,
+    queue_offset: np.ndarray,
+    at: np.ndarray,
+    max_body_bytes: int,
+) -> pa.Array:
     """Bodies with compressed ones decompressed (an empty one stays as it is, as in Java)."""
     slices = list(map(data.__getitem__, map(slice, start.tolist(), end.tolist())))
     for i in np.flatnonzero(sys_flag & codes.MSG_FLAG_COMPRESSED).tolist():
         if slices[i]:
             try:
-                slices[i] = decompress_body(slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]),
-                                            max_bytes=max_body_bytes)
+                slices[i] = decompress_body(
+                    slices[i], int(sys_flag[i]), int(queue_offset[i]), int(at[i]), max_bytes=max_body_bytes
+                )
             except BodyTooLargeError:
                 raise NotTaken from None
     return pa.array(slices, pa.binary())
@@ -215,8 +241,10 @@ def _offset_msg_ids(header: np.ndarray) -> pa.Array:
     host_at, host_code = _FIELD["store_host"]
     offset_at, offset_code = _FIELD["commit_log_offset"]
     raw = np.concatenate(
-        (header[:, host_at : host_at + np.dtype(host_code).itemsize],
-         header[:, offset_at : offset_at + np.dtype(offset_code).itemsize]),
+        (
+            header[:, host_at : host_at + np.dtype(host_code).itemsize],
+            header[:, offset_at : offset_at + np.dtype(offset_code).itemsize],
+        ),
         axis=1,
     )
     text = raw.tobytes().hex().upper().encode()

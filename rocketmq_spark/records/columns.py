@@ -51,15 +51,28 @@ class ArrowColumns(NamedTuple):
         return ArrowColumns(*(pa.concat_arrays(list(column)) for column in zip(*parts)))
 
     @staticmethod
-    def build(*, queue_offset: pa.Array, offset_msg_id: pa.Array | None, properties: Properties | None,
-              body: pa.Array | None, born_timestamp: Numbers, store_timestamp: Numbers, born_host: pa.Array | None,
-              store_host: pa.Array | None, reconsume_times: Numbers, flag: Numbers) -> ArrowColumns:
+    def build(
+        *,
+        queue_offset: pa.Array,
+        offset_msg_id: pa.Array | None,
+        properties: Properties | None,
+        body: pa.Array | None,
+        born_timestamp: Numbers,
+        store_timestamp: Numbers,
+        born_host: pa.Array | None,
+        store_host: pa.Array | None,
+        reconsume_times: Numbers,
+        flag: Numbers,
+    ) -> ArrowColumns:
         """The columns, with msgId, tags and keys taken from the properties as Java's client does;
         the numbers come as numpy arrays or sequences of ints (timestamps in epoch ms). A column
         the caller did not decode (None; see :func:`needed`) is all nulls."""
         n = len(queue_offset)
-        looked_up = properties.looked_up if properties is not None else {
-            name: pa.nulls(n, _STRING) for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS)}
+        looked_up = (
+            properties.looked_up
+            if properties is not None
+            else {name: pa.nulls(n, _STRING) for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS)}
+        )
         offset_ids = _or_nulls(offset_msg_id, n, _STRING)
         return ArrowColumns(
             queue_offset=queue_offset,
@@ -97,8 +110,13 @@ class Needed(NamedTuple):
 
 def needed(wanted: frozenset[str]) -> Needed:
     """The steps that decode ``wanted`` (names of :class:`ArrowColumns` fields)."""
-    return Needed(properties=bool(wanted & _FROM_PROPERTIES), offset_msg_id=bool(wanted & _FROM_OFFSET_MSG_ID),
-                  body="body" in wanted, born_host="born_host" in wanted, store_host="store_host" in wanted)
+    return Needed(
+        properties=bool(wanted & _FROM_PROPERTIES),
+        offset_msg_id=bool(wanted & _FROM_OFFSET_MSG_ID),
+        body="body" in wanted,
+        born_host="born_host" in wanted,
+        store_host="store_host" in wanted,
+    )
 
 
 def _or_nulls(array: pa.Array | None, n: int, kind: pa.DataType) -> pa.Array:

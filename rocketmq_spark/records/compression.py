@@ -27,8 +27,10 @@ DEFAULT_MAX_BODY_BYTES = 4 * ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES
 ZSTD_INPUT_STEP_BYTES = 1024
 # What to do about a body past the bound, in terms of the bound itself: the layer that sets it from
 # an option names the option instead (BodyTooLargeError.with_fix).
-RAISE_THE_BOUND = ("If producers send bodies this large on purpose, raise the bound above their size; otherwise "
-                   "the message is damaged or hostile: read past its offset")
+RAISE_THE_BOUND = (
+    "If producers send bodies this large on purpose, raise the bound above their size; otherwise "
+    "the message is damaged or hostile: read past its offset"
+)
 
 
 class _TooLarge(Exception):
@@ -88,7 +90,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
         decompressor = zstandard.ZstdDecompressor().decompressobj()
         position = 0
         while not decompressor.eof and position < len(rest):
-            out.add(decompressor.decompress(rest[position:position + ZSTD_INPUT_STEP_BYTES]))
+            out.add(decompressor.decompress(rest[position : position + ZSTD_INPUT_STEP_BYTES]))
             position += ZSTD_INPUT_STEP_BYTES
         _frame_ended(decompressor.eof)
         rest = memoryview(decompressor.unused_data + bytes(rest[position:]))
@@ -105,9 +107,16 @@ _DECOMPRESSORS: dict[int, tuple[str, Callable[[bytes, int], bytes]]] = {
 }
 
 
-def decompress_body(body: bytes, sys_flag: int, queue_offset: int, position: int, *,
-                    max_bytes: int = DEFAULT_MAX_BODY_BYTES, topic: str | None = None,
-                    queue_id: int | None = None) -> bytes:
+def decompress_body(
+    body: bytes,
+    sys_flag: int,
+    queue_offset: int,
+    position: int,
+    *,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    topic: str | None = None,
+    queue_id: int | None = None,
+) -> bytes:
     """The body as the producer sent it; the rest names the message in errors. A body that
     decompresses past ``max_bytes`` raises BodyTooLargeError, without more of it in memory."""
     kind = (sys_flag & codes.MSG_COMPRESSION_TYPE_MASK) >> codes.MSG_COMPRESSION_TYPE_SHIFT
@@ -120,13 +129,17 @@ def decompress_body(body: bytes, sys_flag: int, queue_offset: int, position: int
     try:
         return decompress(body, max_bytes)
     except _TooLarge:
-        where = f"queue offset {queue_offset}" if topic is None else (
-            f"topic {topic}, queue {queue_id}, queue offset {queue_offset}")
+        where = (
+            f"queue offset {queue_offset}"
+            if topic is None
+            else (f"topic {topic}, queue {queue_id}, queue offset {queue_offset}")
+        )
         raise BodyTooLargeError(
             f"the {name}-compressed body of the message at {where} decompresses to more than {max_bytes} "
-            f"bytes ({len(body)} bytes compressed)", RAISE_THE_BOUND) from None
+            f"bytes ({len(body)} bytes compressed)",
+            RAISE_THE_BOUND,
+        ) from None
     except Exception as exc:  # noqa: BLE001 - each library raises its own error types
         raise ProtocolError(
-            f"cannot {name}-decompress the body of the message at queue offset "
-            f"{queue_offset} (byte {position}): {exc}"
+            f"cannot {name}-decompress the body of the message at queue offset {queue_offset} (byte {position}): {exc}"
         ) from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-from rocketmq_spark.records.layout import PORT_SIZE, size_of, IPV4_HOST
+from rocketmq_spark.records.layout import IPV4_HOST, PORT_SIZE, size_of
 
 _IPV4_HOST_SIZE = size_of(IPV4_HOST)
 _PORT = struct.Struct(">i")

@@ -58,8 +58,9 @@ class Properties(NamedTuple):
 def split_blocks(blocks: pa.BinaryArray) -> Properties:
     """The property blocks of many messages, one per entry of ``blocks``."""
     _, offsets_buffer, data_buffer = blocks.buffers()
-    block_offsets = np.frombuffer(offsets_buffer, _OFFSETS, len(blocks) + 1,
-                                  blocks.offset * np.dtype(_OFFSETS).itemsize)
+    block_offsets = np.frombuffer(
+        offsets_buffer, _OFFSETS, len(blocks) + 1, blocks.offset * np.dtype(_OFFSETS).itemsize
+    )
     joined = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     entries = _entries(joined, block_offsets)
     if entries is None:
@@ -131,8 +132,9 @@ def _entries(joined: np.ndarray, block_offsets: np.ndarray) -> tuple[np.ndarray,
     return lengths, offsets
 
 
-def _one_of_each_name(owner: np.ndarray, name_codes: np.ndarray, distinct: int,
-                      first_wins: list[int]) -> np.ndarray | None:
+def _one_of_each_name(
+    owner: np.ndarray, name_codes: np.ndarray, distinct: int, first_wins: list[int]
+) -> np.ndarray | None:
     """Which entries to keep so that a name repeated in one message keeps one value: its last,
     or its first for the name codes in ``first_wins``; None when no message repeats a name (the
     usual case, checked with one sort)."""

@@ -15,9 +15,8 @@ from itertools import chain, repeat
 from operator import add, itemgetter
 from typing import NamedTuple, cast
 
-from rocketmq_spark.records import layout
+from rocketmq_spark.records import hosts, layout
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, decompress_body
-from rocketmq_spark.records import hosts
 from rocketmq_spark.records.hosts import rendered_host
 from rocketmq_spark.records.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, parse_properties
 from rocketmq_spark.remoting import codes
@@ -95,7 +94,8 @@ _HOST_FLAG_SHIFT = 4
 _HOST_FLAGS = codes.MSG_FLAG_BORNHOST_V6 | codes.MSG_FLAG_STOREHOST_V6
 _PREFIXES = tuple(
     layout.prefix_struct(_UNPACKED, born_v6=born_v6, store_v6=store_v6)
-    for store_v6 in (False, True) for born_v6 in (False, True)
+    for store_v6 in (False, True)
+    for born_v6 in (False, True)
 )
 _PREFIX_V4 = _PREFIXES[0]
 _UINT16 = struct.Struct(layout.BYTE_ORDER + layout.PROPERTIES_LENGTH)
@@ -223,22 +223,42 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
     try:
         while pos < size:
             (
-                total_size, magic, queue_id, flag, queue_offset, commit_log_offset, sys_flag,
-                born_timestamp, born_raw, store_timestamp, store_raw, reconsume_times,
-                prepared_offset, body_length,
+                total_size,
+                magic,
+                queue_id,
+                flag,
+                queue_offset,
+                commit_log_offset,
+                sys_flag,
+                born_timestamp,
+                born_raw,
+                store_timestamp,
+                store_raw,
+                reconsume_times,
+                prepared_offset,
+                body_length,
             ) = unpack_v4(data, pos)
             record_end = pos + total_size
             if total_size < min_record or record_end > size:
-                raise _record_error(
-                    pos, f"declared size {total_size} does not fit the {size - pos} bytes left"
-                )
+                raise _record_error(pos, f"declared size {total_size} does not fit the {size - pos} bytes left")
             if sys_flag & host_flags:
                 prefix = _PREFIXES[(sys_flag & host_flags) >> _HOST_FLAG_SHIFT]
                 body_start = pos + prefix.size
                 (
-                    total_size, magic, queue_id, flag, queue_offset, commit_log_offset, sys_flag,
-                    born_timestamp, born_raw, store_timestamp, store_raw, reconsume_times,
-                    prepared_offset, body_length,
+                    total_size,
+                    magic,
+                    queue_id,
+                    flag,
+                    queue_offset,
+                    commit_log_offset,
+                    sys_flag,
+                    born_timestamp,
+                    born_raw,
+                    store_timestamp,
+                    store_raw,
+                    reconsume_times,
+                    prepared_offset,
+                    body_length,
                 ) = prefix.unpack_from(data, pos)
             else:
                 body_start = pos + prefix_v4_size
@@ -259,8 +279,7 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
             if properties_start + unpack_ushort(data, topic_end)[0] != record_end:
                 raise _record_error(
                     pos,
-                    f"topic and properties lengths do not end the record at its "
-                    f"declared size {total_size}",
+                    f"topic and properties lengths do not end the record at its declared size {total_size}",
                 )
 
             raw_topic = data[topic_start:topic_end]
@@ -271,24 +290,51 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
                 # Java leaves an empty body, and its flag, as they are.
                 if sys_flag & compressed and message_body:
                     message_body = decompress_body(
-                        message_body, sys_flag, queue_offset, pos, max_bytes=max_body_bytes,
-                        topic=topic_cache.get(raw_topic) or topic_of(raw_topic), queue_id=queue_id)
+                        message_body,
+                        sys_flag,
+                        queue_offset,
+                        pos,
+                        max_bytes=max_body_bytes,
+                        topic=topic_cache.get(raw_topic) or topic_of(raw_topic),
+                        queue_id=queue_id,
+                    )
                     sys_flag &= ~compressed
                 if sys_flag & unwrap == unwrap:
                     outer = (
-                        topic_cache.get(raw_topic) or topic_of(raw_topic), queue_id,
-                        queue_offset, commit_log_offset, sys_flag, flag, born_timestamp,
-                        born[0], store_timestamp, store[0], reconsume_times, prepared_offset,
+                        topic_cache.get(raw_topic) or topic_of(raw_topic),
+                        queue_id,
+                        queue_offset,
+                        commit_log_offset,
+                        sys_flag,
+                        flag,
+                        born_timestamp,
+                        born[0],
+                        store_timestamp,
+                        store[0],
+                        reconsume_times,
+                        prepared_offset,
                         message_body,
                     )
                     _unwrap(outer, store[1], pos, rows, blocks, store_hexes)
                     pos = record_end
                     continue
-            append_row((
-                topic_cache.get(raw_topic) or topic_of(raw_topic), queue_id, queue_offset,
-                commit_log_offset, sys_flag, flag, born_timestamp, born[0], store_timestamp,
-                store[0], reconsume_times, prepared_offset, message_body,
-            ))
+            append_row(
+                (
+                    topic_cache.get(raw_topic) or topic_of(raw_topic),
+                    queue_id,
+                    queue_offset,
+                    commit_log_offset,
+                    sys_flag,
+                    flag,
+                    born_timestamp,
+                    born[0],
+                    store_timestamp,
+                    store[0],
+                    reconsume_times,
+                    prepared_offset,
+                    message_body,
+                )
+            )
             append_block(data[properties_start:record_end])
             append_store_hex(store[1])
             pos = record_end
@@ -297,7 +343,9 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
     return Walked(rows, blocks, store_hexes)
 
 
-def decode_messages(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> list[Message]:
+def decode_messages(
+    body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> list[Message]:
     """Decode every record of a PULL response body, in order, as Message tuples.
 
     Compressed bodies are decompressed (and, as in Java, the COMPRESSED bit is

@@ -40,8 +40,9 @@ class Call(Generic[T_co]):
     body: bytes = b""
 
 
-def accepted(response: RemotingCommand, code: int, address: str,
-             accept: Sequence[int] = SUCCESS_ONLY) -> RemotingCommand:
+def accepted(
+    response: RemotingCommand, code: int, address: str, accept: Sequence[int] = SUCCESS_ONLY
+) -> RemotingCommand:
     """The response, if its code is one the caller handles; else the error it stands for."""
     if response.code not in accept:
         raise error_for_response(response.code, response.remark, request_code=code, address=address)
@@ -106,8 +107,7 @@ class SearchedOffset:
     nearest: bool = False
 
 
-def search_offset(queue: MessageQueue, timestamp_ms: int,
-                  boundary: Boundary = Boundary.LOWER) -> Call[SearchedOffset]:
+def search_offset(queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER) -> Call[SearchedOffset]:
     """LOWER: first offset stored at or after the time (max offset if none); UPPER: last at or
     before. Exact on 5.x; on 4.x only near it (see :class:`SearchedOffset`)."""
     code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
@@ -163,8 +163,10 @@ def all_consumer_offsets(broker_name: str) -> Call[dict[str, dict[int, int]]]:
         accepted(response, code, address)
         try:
             table = fastjson.loads(response.body.decode("utf-8")).get("offsetTable") or {}
-            return {str(name): {int(q): int(o) for q, o in (entries.items() if isinstance(entries, dict) else entries)}
-                    for name, entries in table.items()}
+            return {
+                str(name): {int(q): int(o) for q, o in (entries.items() if isinstance(entries, dict) else entries)}
+                for name, entries in table.items()
+            }
         except (AttributeError, TypeError, ValueError, UnicodeDecodeError) as err:
             raise ProtocolError(f"consumer offsets of {broker_name} are malformed: {err!r}") from err
 
@@ -181,8 +183,12 @@ def group_offsets(topic: str, group: str, broker_name: str) -> Call[dict[Message
         accepted(response, code, address)
         try:
             table = fastjson.loads(response.body.decode("utf-8")).get("offsetTable") or {}
-            return {MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"])):
-                    int(value["consumerOffset"]) for key, value in (table.items() if isinstance(table, dict) else table)}
+            return {
+                MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"])): int(
+                    value["consumerOffset"]
+                )
+                for key, value in (table.items() if isinstance(table, dict) else table)
+            }
         except (AttributeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as err:
             raise ProtocolError(f"consume stats of {group} on {broker_name} are malformed: {err!r}") from err
 
@@ -218,8 +224,10 @@ def topic_stats(topic: str, broker_name: str) -> Call[dict[MessageQueue, QueueOf
 
 # One entry of a TopicStatsTable's offset table as fastjson writes it (fields in name order): the
 # MessageQueue key's broker name, queue id and topic, and the value's fields.
-_STATS_ENTRY = re.compile(r'\{"brokerName":("(?:[^"\\]|\\.)*"),"queueId":(\d+),"topic":("(?:[^"\\]|\\.)*")\}'
-                          r':\{([^{}]*)\}')
+_STATS_ENTRY = re.compile(
+    r'\{"brokerName":("(?:[^"\\]|\\.)*"),"queueId":(\d+),"topic":("(?:[^"\\]|\\.)*")\}'
+    r":\{([^{}]*)\}"
+)
 _ENTRY_JOIN = "}:{"
 
 
@@ -292,17 +300,32 @@ class PullResult:
     suggested_broker_id: int = 0
 
 
-def pull_fields(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
-                subscription: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG,
-                suspend_timeout_ms: int = 0) -> dict[str, Any]:
+def pull_fields(
+    queue: MessageQueue,
+    offset: int,
+    *,
+    group: str,
+    max_messages: int,
+    subscription: str = SUBSCRIBE_ALL,
+    expression_type: str = EXPRESSION_TAG,
+    suspend_timeout_ms: int = 0,
+) -> dict[str, Any]:
     """The header of a pull. It carries its subscription (``PULL_FLAG_SUBSCRIPTION``), so no
     heartbeat or prior registration is needed, on a broker or through the proxy."""
     sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
     return {
-        "consumerGroup": group, "topic": queue.topic, "queueId": queue.queue_id, "queueOffset": offset,
-        "maxMsgNums": max_messages, "sysFlag": sys_flag, "commitOffset": 0,
-        "suspendTimeoutMillis": suspend_timeout_ms, "subscription": subscription, "subVersion": 0,
-        "expressionType": expression_type, "bname": queue.broker_name,
+        "consumerGroup": group,
+        "topic": queue.topic,
+        "queueId": queue.queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": max_messages,
+        "sysFlag": sys_flag,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": suspend_timeout_ms,
+        "subscription": subscription,
+        "subVersion": 0,
+        "expressionType": expression_type,
+        "bname": queue.broker_name,
     }
 
 
@@ -328,10 +351,23 @@ def read_pull(response: RemotingCommand, address: str) -> PullResult:
     )
 
 
-def pull(queue: MessageQueue, offset: int, *, group: str, max_messages: int,
-         subscription: str = SUBSCRIBE_ALL, expression_type: str = EXPRESSION_TAG) -> Call[PullResult]:
+def pull(
+    queue: MessageQueue,
+    offset: int,
+    *,
+    group: str,
+    max_messages: int,
+    subscription: str = SUBSCRIBE_ALL,
+    expression_type: str = EXPRESSION_TAG,
+) -> Call[PullResult]:
     """A pull that returns at once (of every message unless a subscription is given), as a call
     that can be sent with others."""
-    fields = pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
-                         expression_type=expression_type)
+    fields = pull_fields(
+        queue,
+        offset,
+        group=group,
+        max_messages=max_messages,
+        subscription=subscription,
+        expression_type=expression_type,
+    )
     return Call(RequestCode.PULL_MESSAGE, fields, read_pull)

@@ -22,7 +22,10 @@ from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ServerRequestHandler
 from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, RocketMQError,
+    BrokerResponseError,
+    ConnectionFailedError,
+    NameServersUnavailableError,
+    RocketMQError,
 )
 from rocketmq_spark.remoting.pool import ConnectionFactory, ConnectionPool, Reply
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
@@ -130,8 +133,13 @@ class RocketMQClient:
 
         def connect(address: str) -> Connection:
             try:
-                return Connection(address, connect_timeout=config.connect_timeout, tls_context=tls,
-                                  reader_thread=reader_thread, on_request=served)
+                return Connection(
+                    address,
+                    connect_timeout=config.connect_timeout,
+                    tls_context=tls,
+                    reader_thread=reader_thread,
+                    on_request=served,
+                )
             except ConnectionFailedError as err:
                 if isinstance(err.__cause__, ssl.SSLCertVerificationError):
                     raise certificate_error(address, err.__cause__, config) from err.__cause__
@@ -191,8 +199,9 @@ class RocketMQClient:
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
-        reply = (pool or self._pool).submit(address, command,
-                                            self.config.request_timeout if timeout is None else timeout)
+        reply = (pool or self._pool).submit(
+            address, command, self.config.request_timeout if timeout is None else timeout
+        )
         return reply if creds is None else _Scrubbed(reply, creds.access_key)
 
     def _call(self, address: str, code: int, fields: Mapping[str, object] | None = None) -> RemotingCommand:
@@ -202,7 +211,9 @@ class RocketMQClient:
         """Send one typed call and read its answer."""
         return call.read(self.invoke(address, call.code, call.fields, call.body, timeout), address)
 
-    def call_many(self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW) -> list[T | RocketMQError]:
+    def call_many(
+        self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
+    ) -> list[T | RocketMQError]:
         """Send many calls back to back, at most ``window`` unanswered at once, and return each
         one's value or the error it met, in order. An address that cannot be reached fails its
         remaining calls at once instead of being tried again for each."""
@@ -237,7 +248,9 @@ class RocketMQClient:
 
     def topic_route(self, topic: str) -> TopicRoute:
         """The topic's route, asking each name server in turn until one answers."""
-        response = self._ask_name_servers(codes.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
+        response = self._ask_name_servers(
+            codes.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True}
+        )
         return parse_route(topic, response.body)
 
     def live_brokers(self) -> frozenset[str] | None:
@@ -287,8 +300,14 @@ class RocketMQClient:
     ) -> PullResult:
         """Pull up to ``max_messages`` from ``offset``; long-polls when ``suspend_timeout_ms`` > 0."""
         return self.pull_async(
-            address, queue, offset, group=group, max_messages=max_messages, subscription=subscription,
-            expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms,
+            address,
+            queue,
+            offset,
+            group=group,
+            max_messages=max_messages,
+            subscription=subscription,
+            expression_type=expression_type,
+            suspend_timeout_ms=suspend_timeout_ms,
         ).result()
 
     def pull_async(
@@ -308,13 +327,26 @@ class RocketMQClient:
         over connections of the calling thread that it reads itself."""
         timeout = self.config.request_timeout + suspend_timeout_ms / 1000
         if self.config.credentials is None:  # a signature covers every field: signed pulls are built whole
-            request = self._pull_templates.request(queue, offset, group=group, max_messages=max_messages,
-                                                   subscription=subscription, expression_type=expression_type,
-                                                   suspend_timeout_ms=suspend_timeout_ms)
+            request = self._pull_templates.request(
+                queue,
+                offset,
+                group=group,
+                max_messages=max_messages,
+                subscription=subscription,
+                expression_type=expression_type,
+                suspend_timeout_ms=suspend_timeout_ms,
+            )
             self._requests_sent += 1
             return PendingPull(self._pull_pool().submit(address, request, timeout), address)
-        fields = calls.pull_fields(queue, offset, group=group, max_messages=max_messages, subscription=subscription,
-                                   expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms)
+        fields = calls.pull_fields(
+            queue,
+            offset,
+            group=group,
+            max_messages=max_messages,
+            subscription=subscription,
+            expression_type=expression_type,
+            suspend_timeout_ms=suspend_timeout_ms,
+        )
         reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
 
@@ -332,8 +364,9 @@ class RocketMQClient:
     def max_offset(self, address: str, queue: MessageQueue) -> int:
         return self.call(address, calls.max_offset(queue))
 
-    def search_offset(self, address: str, queue: MessageQueue, timestamp_ms: int,
-                      boundary: Boundary = Boundary.LOWER) -> int:
+    def search_offset(
+        self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
+    ) -> int:
         """The broker's answer as it is: on 4.x only near the time (``calls.SearchedOffset``)."""
         return self.call(address, calls.search_offset(queue, timestamp_ms, boundary)).offset
 

@@ -42,8 +42,10 @@ def read_offset_reset(request: RemotingCommand) -> OffsetReset:
     try:
         table = fastjson.loads(request.body.decode("utf-8")).get("offsetTable") or {}
         pairs = table.items() if isinstance(table, dict) else table
-        offsets = {MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"])): int(value)
-                   for key, value in pairs}
+        offsets = {
+            MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"])): int(value)
+            for key, value in pairs
+        }
         return OffsetReset(fields["group"], fields["topic"], int(fields.get("timestamp", "-1")), offsets)
     except (AttributeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as err:
         raise ProtocolError(f"unreadable offset reset notice: {err!r}") from err
@@ -65,30 +67,53 @@ class QueueStanding:
 
 
 def _queue_key(queue: MessageQueue) -> str:
-    return json.dumps({"brokerName": queue.broker_name, "queueId": queue.queue_id, "topic": queue.topic},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"brokerName": queue.broker_name, "queueId": queue.queue_id, "topic": queue.topic}, separators=(",", ":")
+    )
 
 
 def _object_keyed(entries: Mapping[MessageQueue, object]) -> str:
     """A Java map keyed by MessageQueue, as fastjson writes and reads it: object keys."""
-    return "{" + ",".join(f"{_queue_key(q)}:{json.dumps(entries[q], separators=(',', ':'))}"
-                          for q in sorted(entries)) + "}"
+    return (
+        "{"
+        + ",".join(f"{_queue_key(q)}:{json.dumps(entries[q], separators=(',', ':'))}" for q in sorted(entries))
+        + "}"
+    )
 
 
-def running_info_body(properties: Mapping[str, str], subscriptions: Sequence[Subscription], sub_version: int,
-                      queues: Mapping[MessageQueue, QueueStanding]) -> bytes:
+def running_info_body(
+    properties: Mapping[str, str],
+    subscriptions: Sequence[Subscription],
+    sub_version: int,
+    queues: Mapping[MessageQueue, QueueStanding],
+) -> bytes:
     """A ``ConsumerRunningInfo`` of a pulling member, as ``mqadmin consumerStatus`` reads it: the
     properties, the subscription, and per queue a ``ProcessQueueInfo`` whose commit offset is the
     stored one and whose cached span is the batch read now."""
-    table = {q: {"commitOffset": s.committed, "cachedMsgMinOffset": s.reading_from,
-                 "cachedMsgMaxOffset": s.reading_to, "cachedMsgCount": max(0, s.reading_to - s.reading_from),
-                 "cachedMsgSizeInMiB": 0, "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0,
-                 "transactionMsgCount": 0, "locked": False, "tryUnlockTimes": 0, "lastLockTimestamp": 0,
-                 "droped": False, "lastPullTimestamp": 0, "lastConsumeTimestamp": 0}
-             for q, s in queues.items()}
+    table = {
+        q: {
+            "commitOffset": s.committed,
+            "cachedMsgMinOffset": s.reading_from,
+            "cachedMsgMaxOffset": s.reading_to,
+            "cachedMsgCount": max(0, s.reading_to - s.reading_from),
+            "cachedMsgSizeInMiB": 0,
+            "transactionMsgMinOffset": 0,
+            "transactionMsgMaxOffset": 0,
+            "transactionMsgCount": 0,
+            "locked": False,
+            "tryUnlockTimes": 0,
+            "lastLockTimestamp": 0,
+            "droped": False,
+            "lastPullTimestamp": 0,
+            "lastConsumeTimestamp": 0,
+        }
+        for q, s in queues.items()
+    }
     subs = json.dumps([s.to_json(sub_version) for s in subscriptions], separators=(",", ":"))
-    text = (f'{{"properties":{json.dumps(dict(properties), separators=(",", ":"))},"subscriptionSet":{subs},'
-            f'"mqTable":{_object_keyed(table)},"statusTable":{{}}}}')
+    text = (
+        f'{{"properties":{json.dumps(dict(properties), separators=(",", ":"))},"subscriptionSet":{subs},'
+        f'"mqTable":{_object_keyed(table)},"statusTable":{{}}}}'
+    )
     return text.encode("utf-8")
 
 

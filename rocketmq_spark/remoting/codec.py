@@ -73,17 +73,13 @@ class RemotingCommand:
         return encode_frame(self)
 
     @classmethod
-    def request(
-        cls, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
-    ) -> RemotingCommand:
+    def request(cls, code: int, fields: Mapping[str, object] | None = None, body: bytes = b"") -> RemotingCommand:
         """A request whose custom-header fields are stringified like Java's.
 
         ``makeCustomHeaderToNet`` sends every non-null field as ``toString()``:
         booleans as ``true``/``false``, numbers in decimal; None is left out.
         """
-        ext = {} if fields is None else {
-            key: _java_string(value) for key, value in fields.items() if value is not None
-        }
+        ext = {} if fields is None else {key: _java_string(value) for key, value in fields.items() if value is not None}
         return cls(code=code, ext_fields=ext, body=body)
 
 
@@ -232,8 +228,7 @@ class _BinaryHeaderReader:
         start = self._pos
         if size < 0 or start + size > self._end:
             raise ProtocolError(
-                f"binary header truncated reading {what}: need {size} bytes at "
-                f"offset {start}, header has {self._end}"
+                f"binary header truncated reading {what}: need {size} bytes at offset {start}, header has {self._end}"
             )
         self._pos = start + size
         return start

@@ -48,11 +48,14 @@ READER_JOIN_TIMEOUT_S = 5.0
 # Opaque ids are Java ints on the wire; wrap well before the signed 32-bit limit.
 _OPAQUE_LIMIT = 2**31 - 1
 # What a server that speaks only TLS does to a plain connection: it closes it unanswered.
-_PLAIN_REFUSED_HINT = ("; nothing was answered on it, as a server that accepts only TLS "
-                       "(tls.server.mode=enforcing) does to a plain connection: if so, set tls=true")
+_PLAIN_REFUSED_HINT = (
+    "; nothing was answered on it, as a server that accepts only TLS "
+    "(tls.server.mode=enforcing) does to a plain connection: if so, set tls=true"
+)
 # What a server without TLS does to a handshake: it closes the connection or answers in plain text.
-_TLS_REFUSED_HINT = ("the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): "
-                     "if so, leave tls unset")
+_TLS_REFUSED_HINT = (
+    "the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): if so, leave tls unset"
+)
 
 
 # What answers a request the server sends on its own: the response to send back, or None.
@@ -235,8 +238,12 @@ class Connection:
                 # without either side knowing (a host gone, a firewall or NAT that dropped it), and
                 # every request on it would wait out its timeout. Closing it makes the next
                 # request, or the retry, open a new one, as RocketMQ's Java client does.
-                self._fail(ConnectionFailedError(
-                    f"{self.address} sent nothing for {pending.timeout:.1f}s; the connection was closed", self.address))
+                self._fail(
+                    ConnectionFailedError(
+                        f"{self.address} sent nothing for {pending.timeout:.1f}s; the connection was closed",
+                        self.address,
+                    )
+                )
             name = codes.request_code_name(pending.code) or "request code"
             raise RequestTimeoutError(
                 f"no answer from {self.address} within {pending.timeout:.1f}s to {name} ({pending.code})", self.address
@@ -252,8 +259,12 @@ class Connection:
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(READER_JOIN_TIMEOUT_S)
             if self._reader.is_alive():
-                log.warning("the reader thread of the connection to %s did not end within %.0fs of its close; "
-                            "left to end with the process", self.address, READER_JOIN_TIMEOUT_S)
+                log.warning(
+                    "the reader thread of the connection to %s did not end within %.0fs of its close; "
+                    "left to end with the process",
+                    self.address,
+                    READER_JOIN_TIMEOUT_S,
+                )
 
     def _read_loop(self) -> None:
         while self._receive(None):
@@ -278,8 +289,7 @@ class Connection:
                 self._sock.settimeout(timeout)
             received = self._sock.recv_into(buffer)
             if not received:
-                raise ConnectionFailedError(f"{self.address} closed the connection{self._unheard_hint()}",
-                                            self.address)
+                raise ConnectionFailedError(f"{self.address} closed the connection{self._unheard_hint()}", self.address)
             self._heard = True
             self._last_heard = time.monotonic()
             with memoryview(buffer) as view:
@@ -291,8 +301,9 @@ class Connection:
         except RocketMQError as err:
             self._fail(err)
         except OSError as err:
-            self._fail(ConnectionFailedError(f"connection to {self.address} lost: {err}{self._unheard_hint()}",
-                                             self.address))
+            self._fail(
+                ConnectionFailedError(f"connection to {self.address} lost: {err}{self._unheard_hint()}", self.address)
+            )
         return False
 
     def _unheard_hint(self) -> str:
@@ -327,8 +338,7 @@ class Connection:
                 self._sock.sendall(frame)
                 self._last_sent = time.monotonic()
         except OSError as err:
-            self._fail(ConnectionFailedError(f"connection to {self.address} lost while answering: {err}",
-                                             self.address))
+            self._fail(ConnectionFailedError(f"connection to {self.address} lost while answering: {err}", self.address))
 
     def _fail(self, error: RocketMQError) -> None:
         with self._state_lock:
@@ -370,5 +380,6 @@ def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host:
         raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
     except OSError as err:  # ssl.SSLError included
         sock.close()
-        raise ConnectionFailedError(f"TLS handshake with {address} failed ({err}): {_TLS_REFUSED_HINT}",
-                                    address) from err
+        raise ConnectionFailedError(
+            f"TLS handshake with {address} failed ({err}): {_TLS_REFUSED_HINT}", address
+        ) from err

@@ -67,11 +67,13 @@ class NameServersUnavailableError(RocketMQError):
     def __init__(self, answers: Mapping[str, RocketMQError]) -> None:
         self.answers = dict(answers)
         self.address = ";".join(self.answers)
-        tried = "; ".join(str(error) if address in str(error) else f"{address}: {error}"
-                          for address, error in self.answers.items())
+        tried = "; ".join(
+            str(error) if address in str(error) else f"{address}: {error}" for address, error in self.answers.items()
+        )
         super().__init__(
             f"no name server answered ({tried}). Check the nameServer option, and that the name servers "
-            "run and can be reached from here")
+            "run and can be reached from here"
+        )
 
 
 class ProtocolError(RocketMQError):
@@ -141,7 +143,8 @@ class QueueNotReadableError(RocketMQError):
         super().__init__(
             f"{queue} is not readable on its broker now ({cause.remark}), but a micro-batch planned before that "
             "reads it. Make the queue readable again (readQueueNums, the topic's permission) for the batch to "
-            "finish; lower writeQueueNums first and let the query drain a queue before hiding it")
+            "finish; lower writeQueueNums first and let the query drain a queue before hiding it"
+        )
 
     @staticmethod
     def refused(error: BrokerResponseError) -> bool:
@@ -158,7 +161,8 @@ class BrokersUnreachableError(RocketMQError):
         super().__init__(
             f"brokers {', '.join(brokers)} are registered with the name server but have not answered for "
             f"{budget_s:g} s (retryBudgetMs), and no other broker serves the topic: {cause}. Check that they run "
-            "and can be reached from the driver, or raise retryBudgetMs to wait longer")
+            "and can be reached from the driver, or raise retryBudgetMs to wait longer"
+        )
 
 
 # Codes after which the same request can succeed later: the server is busy or

@@ -25,7 +25,7 @@ def loads(text: str) -> Any:
     except (IndexError, ValueError, RecursionError) as err:
         raise ProtocolError(f"unreadable fastjson at {err}: {text[:200]!r}") from None
     if _skip(text, end) != len(text):
-        raise ProtocolError(f"trailing data after fastjson value: {text[end:end + 50]!r}")
+        raise ProtocolError(f"trailing data after fastjson value: {text[end : end + 50]!r}")
     return value
 
 

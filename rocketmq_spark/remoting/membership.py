@@ -64,33 +64,44 @@ class Subscription:
     def to_json(self, version: int) -> dict[str, object]:
         tags = sorted(self.tags or ())
         return {
-            "classFilterMode": False, "topic": self.topic, "subString": self.expression,
-            "tagsSet": tags, "codeSet": sorted({java_string_hash(tag) for tag in tags}),
-            "subVersion": version, "expressionType": self.expression_type,
+            "classFilterMode": False,
+            "topic": self.topic,
+            "subString": self.expression,
+            "tagsSet": tags,
+            "codeSet": sorted({java_string_hash(tag) for tag in tags}),
+            "subVersion": version,
+            "expressionType": self.expression_type,
         }
 
 
-def heartbeat_body(client_id: str, group: str, subscriptions: Sequence[Subscription], *,
-                   consume_from_where: str, sub_version: int) -> bytes:
+def heartbeat_body(
+    client_id: str, group: str, subscriptions: Sequence[Subscription], *, consume_from_where: str, sub_version: int
+) -> bytes:
     """``HeartbeatData`` of one pulling consumer in one group, as fastjson reads it.
 
     ``sub_version`` stays the same for a member's life: a broker takes a higher one as a changed
     subscription, and a change makes it notify the group's other members.
     """
     consumer = {
-        "groupName": group, "consumeType": CONSUME_ACTIVELY, "messageModel": CLUSTERING,
-        "consumeFromWhere": consume_from_where, "unitMode": False,
+        "groupName": group,
+        "consumeType": CONSUME_ACTIVELY,
+        "messageModel": CLUSTERING,
+        "consumeFromWhere": consume_from_where,
+        "unitMode": False,
         "subscriptionDataSet": [s.to_json(sub_version) for s in subscriptions],
     }
-    return json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [consumer]},
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(
+        {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [consumer]}, separators=(",", ":")
+    ).encode("utf-8")
 
 
-def heartbeat(client_id: str, group: str, subscriptions: Sequence[Subscription], *,
-              consume_from_where: str, sub_version: int) -> Call[None]:
+def heartbeat(
+    client_id: str, group: str, subscriptions: Sequence[Subscription], *, consume_from_where: str, sub_version: int
+) -> Call[None]:
     """Register (or keep registered) the client in the group, on the connection it goes over."""
-    body = heartbeat_body(client_id, group, subscriptions, consume_from_where=consume_from_where,
-                          sub_version=sub_version)
+    body = heartbeat_body(
+        client_id, group, subscriptions, consume_from_where=consume_from_where, sub_version=sub_version
+    )
     return done_call(RequestCode.HEART_BEAT, {}, body)
 
 
@@ -106,7 +117,8 @@ def consumer_ids(group: str) -> Call[list[str]]:
     def read(response: RemotingCommand, address: str) -> list[str]:
         remark = response.remark or ""
         if response.code == ResponseCode.SYSTEM_ERROR and (
-                remark.startswith(NO_CONSUMER_REMARK) or PROXY_NO_GROUP_REMARK in remark):
+            remark.startswith(NO_CONSUMER_REMARK) or PROXY_NO_GROUP_REMARK in remark
+        ):
             return []
         accepted(response, code, address)
         return parse_consumer_ids(response.body, address)

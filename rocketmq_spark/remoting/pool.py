@@ -13,7 +13,6 @@ from rocketmq_spark.remoting.codec import RemotingCommand, Request
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S, Connection, Pending
 from rocketmq_spark.remoting.errors import ProtocolError
 
-
 ConnectionFactory = Callable[[str], Connection]
 
 # How often a pool looks for idle connections to other addresses than the one asked for: a pull
@@ -52,8 +51,12 @@ class ConnectionPool:
     the server has given up on.
     """
 
-    def __init__(self, factory: ConnectionFactory, max_idle_s: float = CONNECTION_MAX_IDLE_S,
-                 sweep_every_s: float = SWEEP_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        factory: ConnectionFactory,
+        max_idle_s: float = CONNECTION_MAX_IDLE_S,
+        sweep_every_s: float = SWEEP_INTERVAL_S,
+    ) -> None:
         self._factory = factory
         self._max_idle_s = max_idle_s
         self._sweep_every_s = sweep_every_s

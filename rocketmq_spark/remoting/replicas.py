@@ -43,8 +43,9 @@ PASSED_OVER_S = 10.0
 REJECTED_REMARK = "[REJECTREQUEST]"
 
 
-def read_order(addresses: Mapping[int, str], suggested: int | None = None,
-               passed_over: Collection[str] = ()) -> list[tuple[int, str]]:
+def read_order(
+    addresses: Mapping[int, str], suggested: int | None = None, passed_over: Collection[str] = ()
+) -> list[tuple[int, str]]:
     """The replicas of one broker name to pull from, as (broker id, address), best first: the
     suggested replica, the master, the slaves by id; those passed over go last, in the same order."""
     ids = sorted(addresses, key=lambda i: (i != suggested, i != MASTER_BROKER_ID, i))
@@ -87,8 +88,13 @@ class Replicas:
             entry = self._topics.setdefault(topic, _Topic())
             now = self.clock()
             age = None if entry.asked_at is None else now - entry.asked_at
-            due = (entry.route is None or fresh or age is None or age >= ROUTE_REFRESH_S
-                   or (entry.stale and age >= MIN_ROUTE_REFRESH_S))
+            due = (
+                entry.route is None
+                or fresh
+                or age is None
+                or age >= ROUTE_REFRESH_S
+                or (entry.stale and age >= MIN_ROUTE_REFRESH_S)
+            )
             if not due:
                 assert entry.route is not None
                 return entry.route

@@ -20,7 +20,7 @@ from rocketmq_spark.remoting.errors import ProtocolError
 MASTER_BROKER_ID = 0
 
 # A bare integer map key: after "{" or ",", optional blanks, digits, optional blanks, ":".
-_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 # A JSON string literal, escapes included.
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
@@ -101,8 +101,11 @@ def parse_live_brokers(body: bytes) -> frozenset[str]:
     table = data.get("brokerAddrTable")
     if not isinstance(table, dict):
         raise ProtocolError("cluster info has no brokerAddrTable object")
-    return frozenset(name for name, broker in table.items()
-                     if isinstance(broker, dict) and str(MASTER_BROKER_ID) in map(str, broker.get("brokerAddrs") or {}))
+    return frozenset(
+        name
+        for name, broker in table.items()
+        if isinstance(broker, dict) and str(MASTER_BROKER_ID) in map(str, broker.get("brokerAddrs") or {})
+    )
 
 
 def parse_route(topic: str, body: bytes) -> TopicRoute:

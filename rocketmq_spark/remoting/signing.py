@@ -33,9 +33,7 @@ def java_string_order(text: str) -> bytes:
 
 def signing_content(fields: Mapping[str, str], body: bytes) -> bytes:
     """The bytes that are signed (``AclUtils.combineRequestContent``)."""
-    values = "".join(
-        fields[key] for key in sorted(fields, key=java_string_order) if key != SIGNATURE
-    )
+    values = "".join(fields[key] for key in sorted(fields, key=java_string_order) if key != SIGNATURE)
     return values.encode(_CHARSET) + body
 
 
@@ -52,8 +50,6 @@ def sign(
     signed[ACCESS_KEY] = access_key
     if security_token is not None:
         signed[SECURITY_TOKEN] = security_token
-    digest = hmac.new(
-        secret_key.encode(_CHARSET), signing_content(signed, body), hashlib.sha1
-    ).digest()
+    digest = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, body), hashlib.sha1).digest()
     signed[SIGNATURE] = base64.b64encode(digest).decode("ascii")
     return signed

@@ -29,11 +29,12 @@ class RequestTemplate:
 
     def __init__(self, code: int, fields: Mapping[str, object], open_fields: Sequence[str]) -> None:
         self.code = code
-        fixed = {key: _java_string(value) for key, value in fields.items()
-                 if value is not None and key not in open_fields}
+        fixed = {
+            key: _java_string(value) for key, value in fields.items() if value is not None and key not in open_fields
+        }
         encode = _JSON_ENCODER.encode
         ext = [encode(fixed)[1:-1].replace("%", "%%")] if fixed else []
-        ext += [f"{encode(name).replace('%', '%%')}:\"%d\"" for name in open_fields]
+        ext += [f'{encode(name).replace("%", "%%")}:"%d"' for name in open_fields]
         self._format = (
             f'{{"code":{code},"language":{encode(codes.LANGUAGE_PYTHON)},"version":{codes.PROTOCOL_VERSION},'
             f'"opaque":%d,"flag":0,"extFields":{{{",".join(ext)}}},'
@@ -71,16 +72,31 @@ class PullTemplates:
     def __init__(self) -> None:
         self._templates: dict[tuple[object, ...], RequestTemplate] = {}
 
-    def request(self, queue: MessageQueue, offset: int, *, group: str, max_messages: int, subscription: str,
-                expression_type: str, suspend_timeout_ms: int) -> TemplatedRequest:
+    def request(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        group: str,
+        max_messages: int,
+        subscription: str,
+        expression_type: str,
+        suspend_timeout_ms: int,
+    ) -> TemplatedRequest:
         """The pull ``calls.pull_fields`` describes, from its template."""
         key = (queue, group, subscription, expression_type, suspend_timeout_ms)
         template = self._templates.get(key)
         if template is None:
             if len(self._templates) >= PULL_TEMPLATES_KEPT:
                 self._templates.clear()
-            fields = calls.pull_fields(queue, 0, group=group, max_messages=0, subscription=subscription,
-                                       expression_type=expression_type, suspend_timeout_ms=suspend_timeout_ms)
-            template = self._templates[key] = RequestTemplate(codes.RequestCode.PULL_MESSAGE, fields,
-                                                              _PULL_OPEN_FIELDS)
+            fields = calls.pull_fields(
+                queue,
+                0,
+                group=group,
+                max_messages=0,
+                subscription=subscription,
+                expression_type=expression_type,
+                suspend_timeout_ms=suspend_timeout_ms,
+            )
+            template = self._templates[key] = RequestTemplate(codes.RequestCode.PULL_MESSAGE, fields, _PULL_OPEN_FIELDS)
         return template.request(offset, max_messages)

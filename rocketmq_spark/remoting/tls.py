@@ -22,21 +22,27 @@ from rocketmq_spark.remoting.errors import CertificateError
 PEM_CERTIFICATE_MARKER = "-----BEGIN CERTIFICATE-----"
 
 # OpenSSL's X509_V_ERR_* codes, grouped by what fixes them.
-_UNKNOWN_ISSUER = frozenset({
-    2,   # UNABLE_TO_GET_ISSUER_CERT
-    18,  # DEPTH_ZERO_SELF_SIGNED_CERT
-    19,  # SELF_SIGNED_CERT_IN_CHAIN
-    20,  # UNABLE_TO_GET_ISSUER_CERT_LOCALLY
-    21,  # UNABLE_TO_VERIFY_LEAF_SIGNATURE
-})
-_OUT_OF_DATE = frozenset({
-    9,   # CERT_NOT_YET_VALID
-    10,  # CERT_HAS_EXPIRED
-})
-_NAME_MISMATCH = frozenset({
-    62,  # HOSTNAME_MISMATCH
-    64,  # IP_ADDRESS_MISMATCH
-})
+_UNKNOWN_ISSUER = frozenset(
+    {
+        2,  # UNABLE_TO_GET_ISSUER_CERT
+        18,  # DEPTH_ZERO_SELF_SIGNED_CERT
+        19,  # SELF_SIGNED_CERT_IN_CHAIN
+        20,  # UNABLE_TO_GET_ISSUER_CERT_LOCALLY
+        21,  # UNABLE_TO_VERIFY_LEAF_SIGNATURE
+    }
+)
+_OUT_OF_DATE = frozenset(
+    {
+        9,  # CERT_NOT_YET_VALID
+        10,  # CERT_HAS_EXPIRED
+    }
+)
+_NAME_MISMATCH = frozenset(
+    {
+        62,  # HOSTNAME_MISMATCH
+        64,  # IP_ADDRESS_MISMATCH
+    }
+)
 
 
 def client_context(config: ClientConfig) -> ssl.SSLContext | None:
@@ -60,8 +66,10 @@ def read_trust_bundle(path: str) -> str:
     except OSError as err:
         raise ValueError(f"cannot read '{path}': {err.strerror or err}") from err
     except UnicodeDecodeError as err:
-        raise ValueError(f"'{path}' is not a PEM text file (a DER file converts with "
-                         "openssl x509 -inform der -in ca.der -out ca.pem)") from err
+        raise ValueError(
+            f"'{path}' is not a PEM text file (a DER file converts with "
+            "openssl x509 -inform der -in ca.der -out ca.pem)"
+        ) from err
     if PEM_CERTIFICATE_MARKER not in pem:
         raise ValueError(f"'{path}' holds no PEM certificate (a '{PEM_CERTIFICATE_MARKER}' block)")
     try:
@@ -77,21 +85,27 @@ def certificate_error(address: str, err: ssl.SSLCertVerificationError, config: C
     reason = err.verify_message or str(err)
     code = err.verify_code
     names = config.setting_names
-    trusted = (f"the CAs of {names.tls_trust} ({config.tls_trust_path})" if config.tls_trust_pem is not None
-               else "the system's CAs")
+    trusted = (
+        f"the CAs of {names.tls_trust} ({config.tls_trust_path})"
+        if config.tls_trust_pem is not None
+        else "the system's CAs"
+    )
     test_only = f"or, for tests only, set {names.tls_verify}=false to accept any certificate"
     if code in _UNKNOWN_ISSUER:
         reason = f"{reason}: it is not signed by {trusted}"
-        fix = (f"Give the PEM certificate of the CA that signs the servers' certificates in {names.tls_trust}, "
-               f"{test_only}")
+        fix = (
+            f"Give the PEM certificate of the CA that signs the servers' certificates in {names.tls_trust}, {test_only}"
+        )
     elif code in _OUT_OF_DATE:
         fix = f"Renew the server's certificate (or correct this machine's clock), {test_only}"
     elif code in _NAME_MISMATCH:
         host = address.rpartition(":")[0].strip("[]")
         kind = "an IP address" if _is_ip(host) else "a DNS name"
-        fix = (f"Connections check the address they use, as the name servers and routes give it: the "
-               f"certificate needs {host} as {kind} in its subject alternative names (see the TLS section "
-               f"of docs/operations.md), {test_only}")
+        fix = (
+            f"Connections check the address they use, as the name servers and routes give it: the "
+            f"certificate needs {host} as {kind} in its subject alternative names (see the TLS section "
+            f"of docs/operations.md), {test_only}"
+        )
     else:
         fix = f"Check the server's certificate against {trusted}, {test_only}"
     return CertificateError(address, reason, fix)

@@ -45,15 +45,22 @@ class Absences:
         unreachable = frozenset(self._offsets.unreachable)
         brokers = frozenset(q.broker_name for q in away) - unreachable - serving
         if brokers - self._away:
-            log.warning("brokers %s are not registered with the name server; their queues resume "
-                        "when they return", sorted(brokers - self._away))
+            log.warning(
+                "brokers %s are not registered with the name server; their queues resume when they return",
+                sorted(brokers - self._away),
+            )
         if unreachable - self._unreachable:
-            log.warning("brokers %s are registered but do not answer; the other brokers' queues are read, and "
-                        "theirs resume when they answer", sorted(unreachable - self._unreachable))
+            log.warning(
+                "brokers %s are registered but do not answer; the other brokers' queues are read, and "
+                "theirs resume when they answer",
+                sorted(unreachable - self._unreachable),
+            )
         if self._away - brokers or self._unreachable - unreachable:
             log.warning("brokers %s are back", sorted((self._away - brokers) | (self._unreachable - unreachable)))
         if drained - self._hidden:
-            log.info("queues %s left the routes after they were read to their end (readQueueNums lowered, or read "
-                     "permission taken away); they resume from there if they return",
-                     ", ".join(map(str, sorted(drained - self._hidden))))
+            log.info(
+                "queues %s left the routes after they were read to their end (readQueueNums lowered, or read "
+                "permission taken away); they resume from there if they return",
+                ", ".join(map(str, sorted(drained - self._hidden))),
+            )
         self._away, self._unreachable, self._hidden = brokers, unreachable, frozenset(drained)

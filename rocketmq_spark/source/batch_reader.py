@@ -26,8 +26,9 @@ from rocketmq_spark.source.starts import check_within_ends, starting_offsets
 class RocketMQBatchReader(DataSourceReader):
     """Reads ``[start, end)`` of every queue, with starts and ends from the options."""
 
-    def __init__(self, options: SourceOptions,
-                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader) -> None:
+    def __init__(
+        self, options: SourceOptions, open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader
+    ) -> None:
         self.options = options
         self._open_offsets = open_offsets
         self.pushed = Pushed()
@@ -39,8 +40,9 @@ class RocketMQBatchReader(DataSourceReader):
             latest = reader.max_offsets(sorted(addresses))
             queues = sorted(latest)  # without the queues of a broker that left meanwhile
             earliest = reader.min_offsets(queues)
-            start = checked_starts(starting_offsets(self.options, queues, reader), earliest, latest,
-                                   self.options.fail_on_data_loss)
+            start = checked_starts(
+                starting_offsets(self.options, queues, reader), earliest, latest, self.options.fail_on_data_loss
+            )
             end = self._ending_offsets(reader, queues, latest)
             # Cut after the options' own checks, which judge the queues and offsets they name.
             start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
@@ -56,8 +58,11 @@ class RocketMQBatchReader(DataSourceReader):
             return latest
         missing = sorted(set(opts.ending_offsets) - set(queues))
         if missing:
-            raise ConfigurationError(ENDING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
-                                     f"Use queues of the route: {', '.join(map(str, queues))}")
+            raise ConfigurationError(
+                ENDING_OFFSETS,
+                f"names queues that do not exist: {', '.join(map(str, missing))}",
+                f"Use queues of the route: {', '.join(map(str, queues))}",
+            )
         check_within_ends(ENDING_OFFSETS, opts.ending_offsets, latest)
         return {q: opts.ending_offsets.get(q, latest[q]) for q in queues}
 

@@ -9,8 +9,8 @@ and, per queue, its stored offset and the batch it reads, as a Java pull consume
 from __future__ import annotations
 
 import logging
-from importlib import metadata
 from collections.abc import Callable, Mapping
+from importlib import metadata
 
 from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting import client_requests
@@ -48,17 +48,26 @@ def _installed_version() -> str:
 class BrokerRequests:
     """The handler the stream's client serves brokers' requests with (``RocketMQClient.serve``)."""
 
-    def __init__(self, options: SourceOptions, inbox: ResetInbox, standing: Standing,
-                 subscriptions: list[Subscription], sub_version: int) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        inbox: ResetInbox,
+        standing: Standing,
+        subscriptions: list[Subscription],
+        sub_version: int,
+    ) -> None:
         self._options = options
         self._inbox = inbox
         self._standing = standing
         self._subscriptions = subscriptions
         self._sub_version = sub_version
         self._properties = {
-            PROP_NAMESERVER_ADDR: ";".join(options.client.name_servers), PROP_CONSUME_TYPE: CONSUME_ACTIVELY,
-            PROP_CONSUME_ORDERLY: "false", PROP_CLIENT_VERSION: CLIENT_VERSION_NAME,
-            PROP_CONSUMER_START_TIMESTAMP: str(now_ms()), PROP_SOURCE: _installed_version(),
+            PROP_NAMESERVER_ADDR: ";".join(options.client.name_servers),
+            PROP_CONSUME_TYPE: CONSUME_ACTIVELY,
+            PROP_CONSUME_ORDERLY: "false",
+            PROP_CLIENT_VERSION: CLIENT_VERSION_NAME,
+            PROP_CONSUMER_START_TIMESTAMP: str(now_ms()),
+            PROP_SOURCE: _installed_version(),
         }
 
     def __call__(self, request: RemotingCommand) -> RemotingCommand | None:
@@ -66,8 +75,11 @@ class BrokerRequests:
             self._reset(request)
             return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
-            return client_requests.response(body=client_requests.running_info_body(
-                self._properties, self._subscriptions, self._sub_version, self._standing()))
+            return client_requests.response(
+                body=client_requests.running_info_body(
+                    self._properties, self._subscriptions, self._sub_version, self._standing()
+                )
+            )
         if request.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
             topic = request.ext_fields.get("topic")
             offsets = {q: s.committed for q, s in self._standing().items() if q.topic == topic}

@@ -44,8 +44,13 @@ Targets = Mapping[MessageQueue, tuple[str, int]]
 class GroupCommits:
     """Stores offsets for the source's consumer group, over the routes the offset reader keeps."""
 
-    def __init__(self, client: RocketMQClient, options: SourceOptions,
-                 routes: Callable[[], Mapping[MessageQueue, str]], on_failure: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        client: RocketMQClient,
+        options: SourceOptions,
+        routes: Callable[[], Mapping[MessageQueue, str]],
+        on_failure: Callable[[], None],
+    ) -> None:
         self.client = client
         self.options = options
         self._routes = routes  # the queues routable now, with their addresses
@@ -107,10 +112,20 @@ class GroupCommits:
         first_of_broker: dict[str, MessageQueue] = {}
         for queue in refused:  # by name: one proxy address serves every broker
             first_of_broker.setdefault(queue.broker_name, queue)
-        pulls = [(refused[q][0], calls.pull(q, refused[q][1], group=group, max_messages=1,
-                                            subscription=self.options.sub_expression,
-                                            expression_type=self.options.expression_type))
-                 for q in first_of_broker.values()]
+        pulls = [
+            (
+                refused[q][0],
+                calls.pull(
+                    q,
+                    refused[q][1],
+                    group=group,
+                    max_messages=1,
+                    subscription=self.options.sub_expression,
+                    expression_type=self.options.expression_type,
+                ),
+            )
+            for q in first_of_broker.values()
+        ]
         for broker, outcome in zip(first_of_broker, self.client.call_many(pulls)):
             if isinstance(outcome, RocketMQError):
                 log.info("could not introduce group %s to broker %s: %s", group, broker, outcome)
@@ -120,7 +135,8 @@ class GroupCommits:
         if not queues:
             return CommitResult()
         outcomes = self.client.call_many(
-            [(targets[q][0], calls.update_consumer_offset(q, group, targets[q][1])) for q in queues])
+            [(targets[q][0], calls.update_consumer_offset(q, group, targets[q][1])) for q in queues]
+        )
         result = CommitResult()
         for queue, outcome in zip(queues, outcomes):
             if isinstance(outcome, RocketMQError):

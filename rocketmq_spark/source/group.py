@@ -86,17 +86,23 @@ def sharing_problem(group: str, others: Iterable[str]) -> str:
     consumers = sorted(c for c in others if not is_source_client(c))
     parts = []
     if consumers:
-        parts.append(f"consumer group '{group}' has other consumers online ({', '.join(consumers)}): they and "
-                     "this query both read its queues and store offsets for them, and overwrite each other's, "
-                     "so after a restart either may skip or re-read messages")
+        parts.append(
+            f"consumer group '{group}' has other consumers online ({', '.join(consumers)}): they and "
+            "this query both read its queues and store offsets for them, and overwrite each other's, "
+            "so after a restart either may skip or re-read messages"
+        )
     if queries:
-        parts.append(f"another query of this source reads with consumer group '{group}' ({', '.join(queries)}): "
-                     "both queries store offsets for the same queues and overwrite each other's")
+        parts.append(
+            f"another query of this source reads with consumer group '{group}' ({', '.join(queries)}): "
+            "both queries store offsets for the same queues and overwrite each other's"
+        )
     return "; ".join(parts)
 
 
-SHARING_FIX = (f"Give this query a consumer group of its own (option {CONSUMER_GROUP}), or stop the other members; "
-               f"{FAIL_ON_SHARED_GROUP}=true makes this an error, false (the default) a warning")
+SHARING_FIX = (
+    f"Give this query a consumer group of its own (option {CONSUMER_GROUP}), or stop the other members; "
+    f"{FAIL_ON_SHARED_GROUP}=true makes this an error, false (the default) a warning"
+)
 
 
 class GroupWatch:
@@ -109,8 +115,15 @@ class GroupWatch:
     broker forgot the stream.
     """
 
-    def __init__(self, client: Caller, options: SourceOptions, brokers: Callable[[], Iterable[str]], *,
-                 client_id: str | None = None, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        client: Caller,
+        options: SourceOptions,
+        brokers: Callable[[], Iterable[str]],
+        *,
+        client_id: str | None = None,
+        interval_s: float = HEARTBEAT_INTERVAL_S,
+    ) -> None:
         assert options.consumer_group is not None
         self.group = options.consumer_group
         self.client_id = client_id or new_client_id(options.client.name_servers[0])
@@ -119,8 +132,9 @@ class GroupWatch:
         self._fail = options.fail_on_shared_group
         self._interval_s = interval_s
         tags = options.tag_filter
-        self.subscriptions = [Subscription(topic, options.sub_expression, options.expression_type, tags)
-                               for topic in options.topics]
+        self.subscriptions = [
+            Subscription(topic, options.sub_expression, options.expression_type, tags) for topic in options.topics
+        ]
         self._consume_from_where = options.consume_from_where.value
         self.sub_version = now_ms()
         self._registered: set[str] = set()  # addresses where the last heartbeat was accepted
@@ -165,8 +179,9 @@ class GroupWatch:
             try:
                 self.round()
             except Exception:  # the thread must outlive any one round's surprise
-                log.warning("consumer group %s: a membership round failed; the next one tries again", self.group,
-                            exc_info=True)
+                log.warning(
+                    "consumer group %s: a membership round failed; the next one tries again", self.group, exc_info=True
+                )
 
     def round(self) -> None:
         """List the group's members on every broker; register where the stream is alone, else leave."""
@@ -180,8 +195,13 @@ class GroupWatch:
             if others:
                 self._leave()
                 return
-            call = membership.heartbeat(self.client_id, self.group, self.subscriptions,
-                                        consume_from_where=self._consume_from_where, sub_version=self.sub_version)
+            call = membership.heartbeat(
+                self.client_id,
+                self.group,
+                self.subscriptions,
+                consume_from_where=self._consume_from_where,
+                sub_version=self.sub_version,
+            )
             beaten = self._ask([(a, call) for a in answers], "register in")
             self._registered = set(beaten)
 
@@ -199,8 +219,9 @@ class GroupWatch:
 
     def _leave(self) -> None:
         if self._registered:
-            self._ask([(a, membership.unregister(self.client_id, self.group)) for a in sorted(self._registered)],
-                      "leave")
+            self._ask(
+                [(a, membership.unregister(self.client_id, self.group)) for a in sorted(self._registered)], "leave"
+            )
             self._registered = set()
 
     def _ask(self, addressed: list[tuple[str, Call[T]]], what: str) -> dict[str, T]:
@@ -209,8 +230,15 @@ class GroupWatch:
         for (address, _), outcome in zip(addressed, self._client.call_many(addressed)):
             if isinstance(outcome, RocketMQError):
                 level = logging.DEBUG if self._failing else logging.WARNING
-                log.log(level, "consumer group %s: could not %s it on %s (%s); trying again in %.0f s",
-                        self.group, what, address, outcome, self._interval_s)
+                log.log(
+                    level,
+                    "consumer group %s: could not %s it on %s (%s); trying again in %.0f s",
+                    self.group,
+                    what,
+                    address,
+                    outcome,
+                    self._interval_s,
+                )
                 self._failing = True
             else:
                 answers[address] = outcome

@@ -69,12 +69,20 @@ class GroupOffsets:
             return held
         group = self.options.consumer_group
         if policy is OnOffsetReset.FOLLOW:
-            log.warning("consumer group %s: offsets reset by an operator (%s); the next micro-batch starts there "
-                        "(%s=follow)", group, resets.describe(moved, start), ON_OFFSET_RESET)
+            log.warning(
+                "consumer group %s: offsets reset by an operator (%s); the next micro-batch starts there (%s=follow)",
+                group,
+                resets.describe(moved, start),
+                ON_OFFSET_RESET,
+            )
             return {**held, **followed}
-        log.warning("consumer group %s: offsets reset by an operator (%s) are ignored (%s=ignore): the query goes "
-                    "on from its checkpoint and stores its own offsets again", group,
-                    resets.describe(moved, start), ON_OFFSET_RESET)
+        log.warning(
+            "consumer group %s: offsets reset by an operator (%s) are ignored (%s=ignore): the query goes "
+            "on from its checkpoint and stores its own offsets again",
+            group,
+            resets.describe(moved, start),
+            ON_OFFSET_RESET,
+        )
         self.stored = {q: o for q, o in self.stored.items() if q not in moved}
         return held
 
@@ -128,14 +136,22 @@ class GroupOffsets:
         try:
             result = self._offsets.commit(changed)
         except RocketMQError as err:
-            log.warning("could not store offsets for group %s (%s); the next trigger tries again",
-                        self.options.consumer_group, err)
+            log.warning(
+                "could not store offsets for group %s (%s); the next trigger tries again",
+                self.options.consumer_group,
+                err,
+            )
             return
         self.stored = {**self.stored, **result.stored}
         if result.failed:
             queue, failure = next(iter(result.failed.items()))
-            log.warning("could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger "
-                        "tries again", len(result.failed), self.options.consumer_group, queue, failure)
+            log.warning(
+                "could not store the offsets of %d queue(s) for group %s (%s: %s); the next trigger tries again",
+                len(result.failed),
+                self.options.consumer_group,
+                queue,
+                failure,
+            )
 
     def _forget_reconnected(self) -> frozenset[str]:
         """Forget what was stored on brokers reached over a new connection since the last call

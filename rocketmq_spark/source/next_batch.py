@@ -37,8 +37,14 @@ class NextBatch:
     available: int  # offsets readable now beyond the starts, before any read limit
 
 
-def next_batch(start: Mapping[MessageQueue, int], followed: Mapping[MessageQueue, int], facts: BrokerFacts, *,
-               max_rows: int | None, fail_on_data_loss: bool) -> NextBatch:
+def next_batch(
+    start: Mapping[MessageQueue, int],
+    followed: Mapping[MessageQueue, int],
+    facts: BrokerFacts,
+    *,
+    max_rows: int | None,
+    fail_on_data_loss: bool,
+) -> NextBatch:
     """The batch after the one that ended at ``start``.
 
     Queues an operator reset start where ``followed`` says; queues seen for the first time where
@@ -56,5 +62,6 @@ def next_batch(start: Mapping[MessageQueue, int], followed: Mapping[MessageQueue
     earliest = {**latest, **facts.earliest}
     fixed = checked_starts({**wanted, **gone}, earliest, latest, fail_on_data_loss)
     ends = rate_limit(fixed, latest, max_rows) if max_rows is not None else latest
-    return NextBatch(fixed, {**held, **ends}, {q: fixed[q] for q in latest if q not in begins},
-                     sum(backlog(fixed, latest).values()))
+    return NextBatch(
+        fixed, {**held, **ends}, {q: fixed[q] for q in latest if q not in begins}, sum(backlog(fixed, latest).values())
+    )

@@ -44,16 +44,19 @@ K = TypeVar("K")
 # an ACL may allow the per-queue requests only.
 _NO_TOPIC_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
 # Logged once per query, by the driver (each query opens one OffsetReader; executors open none).
-UNVERIFIED_TLS_WARNING = (f"{TLS_VERIFY}=false: server certificates are not verified, so any server at the "
-                          "name-server and broker addresses is trusted; use it for tests only, and give the "
-                          f"servers' CA in {TLS_TRUST_CERT_PATH} instead")
+UNVERIFIED_TLS_WARNING = (
+    f"{TLS_VERIFY}=false: server certificates are not verified, so any server at the "
+    "name-server and broker addresses is trusted; use it for tests only, and give the "
+    f"servers' CA in {TLS_TRUST_CERT_PATH} instead"
+)
 
 
 class OffsetReader:
     """Broker-side facts about the queues of the source's topics."""
 
-    def __init__(self, options: SourceOptions, client: RocketMQClient | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, options: SourceOptions, client: RocketMQClient | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.options = options
         if options.client.tls and not options.client.tls_verify:
             log.warning(UNVERIFIED_TLS_WARNING)
@@ -135,26 +138,33 @@ class OffsetReader:
             self.retry.call(attempt, what)
         return values
 
-    def _per_queue(self, queues: Iterable[MessageQueue], call: Callable[[MessageQueue], Call[T]],
-                   what: str) -> dict[MessageQueue, T]:
+    def _per_queue(
+        self, queues: Iterable[MessageQueue], call: Callable[[MessageQueue], Call[T]], what: str
+    ) -> dict[MessageQueue, T]:
         return self._gather(queues, lambda q: (self.address(q), call(q)), what)
 
     # ----------------------------------------------------------------- offsets
 
-    def _topic_stats(self, queues: list[MessageQueue]) -> tuple[dict[MessageQueue, QueueOffsets],
-                                                                 dict[str, RocketMQError]]:
+    def _topic_stats(
+        self, queues: list[MessageQueue]
+    ) -> tuple[dict[MessageQueue, QueueOffsets], dict[str, RocketMQError]]:
         """Min and max offsets of the queues' topics on each broker that answers topic stats, and
         the brokers that failed in a way that may mean they went away or hang, with why."""
         address = {q: self.address(q) for q in queues}
-        stats_of = sorted({(q.topic, q.broker_name, address[q]) for q in queues
-                           if address[q] not in self._no_topic_stats})
-        outcomes = self.client.call_many([(a, calls.topic_stats(topic, broker))
-                                          for topic, broker, a in stats_of]) if stats_of else []
+        stats_of = sorted(
+            {(q.topic, q.broker_name, address[q]) for q in queues if address[q] not in self._no_topic_stats}
+        )
+        outcomes = (
+            self.client.call_many([(a, calls.topic_stats(topic, broker)) for topic, broker, a in stats_of])
+            if stats_of
+            else []
+        )
         found: dict[MessageQueue, QueueOffsets] = {}
         unanswered: dict[str, RocketMQError] = {}
         for (_, broker, a), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, ProtocolError) or (
-                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
+                isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
+            ):
                 self._no_topic_stats.add(a)  # from now on, queue by queue
             elif isinstance(outcome, RocketMQError):
                 # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
@@ -209,8 +219,9 @@ class OffsetReader:
         the messages around its answer settle the offset (``time_search``): a pull of three
         messages per queue in the usual case, a few rounds more where many share a store time.
         """
-        answers = self._per_queue(queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER),
-                                  "offsets by time")
+        answers = self._per_queue(
+            queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER), "offsets by time"
+        )
         found = {q: answer.offset for q, answer in answers.items() if not answer.nearest}
         near = {q: answer.offset for q, answer in answers.items() if answer.nearest}
         if near:
@@ -219,8 +230,11 @@ class OffsetReader:
 
     def _pull_round(self, probes: Mapping[MessageQueue, time_search.Probe]) -> dict[MessageQueue, PullResult]:
         group = self.options.pull_group
-        return self._per_queue(probes, lambda q: calls.pull(q, probes[q].offset, group=group,
-                                                            max_messages=probes[q].max_messages), "store times")
+        return self._per_queue(
+            probes,
+            lambda q: calls.pull(q, probes[q].offset, group=group, max_messages=probes[q].max_messages),
+            "store times",
+        )
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         """The group's stored offset per queue; None where it has stored none.
@@ -243,21 +257,33 @@ class OffsetReader:
         broker does not answer now is left out."""
         routes = self.routes.masters()
         wanted = [q for q in queues if q in routes]
-        by_table = sorted({(q.topic, q.broker_name, routes[q]) for q in wanted
-                           if routes[q] not in self._no_group_stats})
+        by_table = sorted(
+            {(q.topic, q.broker_name, routes[q]) for q in wanted if routes[q] not in self._no_group_stats}
+        )
         found: dict[MessageQueue, int] = {}
-        outcomes = self.client.call_many([(a, calls.group_offsets(topic, group, broker))
-                                          for topic, broker, a in by_table]) if by_table else []
+        outcomes = (
+            self.client.call_many([(a, calls.group_offsets(topic, group, broker)) for topic, broker, a in by_table])
+            if by_table
+            else []
+        )
         for (_, _, address), outcome in zip(by_table, outcomes):
             if isinstance(outcome, ProtocolError) or (
-                    isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS):
+                isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
+            ):
                 self._no_group_stats.add(address)  # from now on, queue by queue
             elif not isinstance(outcome, RocketMQError):
                 found.update(outcome)
         rest = [q for q in wanted if routes[q] in self._no_group_stats]
-        answers = self.client.call_many([(routes[q], calls.query_consumer_offset(q, group))
-                                         for q in rest]) if rest else []
-        found.update({q: a.offset for q, a in zip(rest, answers) if not isinstance(a, RocketMQError) and a.offset is not None and not a.unsure})
+        answers = (
+            self.client.call_many([(routes[q], calls.query_consumer_offset(q, group)) for q in rest]) if rest else []
+        )
+        found.update(
+            {
+                q: a.offset
+                for q, a in zip(rest, answers)
+                if not isinstance(a, RocketMQError) and a.offset is not None and not a.unsure
+            }
+        )
         return {q: found[q] for q in wanted if q in found}
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult:

@@ -28,8 +28,11 @@ STARTS_KEY = "@starts"
 _METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY})
 
 
-def to_spark(offsets: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int] | None = None,
-             starts: Mapping[MessageQueue, int] | None = None) -> dict[str, Any]:
+def to_spark(
+    offsets: Mapping[MessageQueue, int],
+    resets: Mapping[MessageQueue, int] | None = None,
+    starts: Mapping[MessageQueue, int] | None = None,
+) -> dict[str, Any]:
     """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON), with
     the batch's followed resets and the starts of the queues it reads first, if any."""
     out: dict[str, Any] = {}

@@ -8,169 +8,110 @@ made by the readers when they first resolve offsets.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
 from rocketmq_spark.config.cluster import (
-    ACCESS_KEY, DEFAULT_PULL_TIMEOUT_MS, NAME_SERVER, NAMESPACE, PULL_TIMEOUT_MS, RETRY_BUDGET_MS, SECRET_KEY,
-    SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY, client_config, name_servers, retry_policy, with_namespace,
-    without_namespace,
+    NAMESPACE,
+    client_config,
+    name_servers,
+    retry_policy,
+    with_namespace,
 )
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import (  # the parsers are where the subscription words are; used here
-    EXPRESSION_SQL92, EXPRESSION_TAG, MS_PER_SECOND, SUBSCRIBE_ALL, ClientConfig, parse_tag_expression,
+    EXPRESSION_SQL92,
+    EXPRESSION_TAG,
+    MS_PER_SECOND,
+    SUBSCRIBE_ALL,
+    ClientConfig,
 )
 from rocketmq_spark.model import now_ms as wall_clock_ms
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json
-from rocketmq_spark.source.schema import COLUMNS
-
-# Option names exactly as documented; matching is case-insensitive. Those shared with writing
-# (nameServer, the credentials, TLS, pullTimeoutMs, namespace, retryBudgetMs) are config.cluster's.
-TOPIC = "topic"
-CONSUMER_GROUP = "consumerGroup"
-SUB_EXPRESSION = "subExpression"
-EXPRESSION_TYPE = "expressionType"
-CONSUME_FROM_WHERE = "consumeFromWhere"
-CONSUME_TIMESTAMP = "consumeTimestamp"
-STARTING_OFFSETS = "startingOffsets"
-STARTING_TIMESTAMP = "startingTimestamp"
-ENDING_OFFSETS = "endingOffsets"
-ENDING_TIMESTAMP = "endingTimestamp"
-MAX_MESSAGES_PER_TRIGGER = "maxMessagesPerTrigger"
-MIN_MESSAGES_PER_TRIGGER = "minMessagesPerTrigger"
-MAX_TRIGGER_DELAY = "maxTriggerDelay"
-MIN_PARTITIONS = "minPartitions"
-MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
-FAIL_ON_DATA_LOSS = "failOnDataLoss"
-FAIL_ON_SHARED_GROUP = "failOnSharedGroup"
-COMMIT_OFFSETS = "commitOffsets"
-PULL_BATCH_SIZE = "pullBatchSize"
-MAX_BODY_BYTES = "maxBodyBytes"
-ON_OFFSET_RESET = "onOffsetReset"
-FILTER_PUSHDOWN = "filterPushdown"
-
-ALL_OPTIONS = (
-    NAME_SERVER, TOPIC, CONSUMER_GROUP, SUB_EXPRESSION, EXPRESSION_TYPE, CONSUME_FROM_WHERE,
-    CONSUME_TIMESTAMP, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS, ENDING_TIMESTAMP,
-    MAX_MESSAGES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
-    MAX_MESSAGES_PER_PARTITION, FAIL_ON_DATA_LOSS, FAIL_ON_SHARED_GROUP, COMMIT_OFFSETS, PULL_BATCH_SIZE, MAX_BODY_BYTES,
-    PULL_TIMEOUT_MS, RETRY_BUDGET_MS, ACCESS_KEY, SECRET_KEY, SECURITY_TOKEN, TLS, TLS_TRUST_CERT_PATH, TLS_VERIFY,
-    NAMESPACE, ON_OFFSET_RESET, FILTER_PUSHDOWN,
+from rocketmq_spark.source.option_model import (
+    ALL_OPTIONS,
+    BATCH_READ_GROUP,
+    COMMIT_OFFSETS,
+    CONSUME_FROM_WHERE,
+    CONSUME_TIMESTAMP,
+    CONSUMER_GROUP,
+    DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS,
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    DEFAULT_PULL_BATCH_SIZE,
+    ENDING_OFFSETS,
+    ENDING_TIMESTAMP,
+    EXPRESSION_TYPE,
+    FAIL_ON_DATA_LOSS,
+    FAIL_ON_SHARED_GROUP,
+    FILTER_PUSHDOWN,
+    MAX_BODY_BYTES,
+    MAX_BODY_BYTES_FIX,
+    MAX_MESSAGES_PER_PARTITION,
+    MAX_MESSAGES_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
+    MIN_MESSAGES_PER_TRIGGER,
+    MIN_PARTITIONS,
+    ON_OFFSET_RESET,
+    OWNER,
+    PULL_BATCH_SIZE,
+    ROCKETMQ_TIMESTAMP_DIGITS,
+    ROCKETMQ_TIMESTAMP_FORMAT,
+    SPARK_OWNED,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    SUB_EXPRESSION,
+    TOPIC,
+    ConsumeFromWhere,
+    OnOffsetReset,
+    ReadKind,
+    SourceOptions,
+    StartingMode,
 )
-# Whose options these are, as the error about an unknown one says.
-OWNER = "the rocketmq source"
-# Options Spark itself may add to a source's map.
-SPARK_OWNED = frozenset({"path"})
 
-DEFAULT_PULL_BATCH_SIZE = 32
-# What to do about a body that decompresses past maxBodyBytes (the decoders speak of their bound).
-MAX_BODY_BYTES_FIX = (f"If producers send bodies this large on purpose, raise the {MAX_BODY_BYTES} option above "
-                      "their size; otherwise the message is damaged or hostile: read past its offset")
-DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
-DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
-# RocketMQ's consumeTimestamp format (UtilAll.YYYYMMDDHHMMSS), read in the driver's time zone.
-ROCKETMQ_TIMESTAMP_FORMAT = "%Y%m%d%H%M%S"
-ROCKETMQ_TIMESTAMP_DIGITS = 14
-
-# What a batch read without ``consumerGroup`` pulls as: a group every broker (4.9, 5.x) creates at
-# start, mqadmin's own, so none is created (autoCreateSubscriptionGroup=false is fine) and, as
-# pulls never commit, nothing is stored. Never namespaced: it is the broker's own name.
-BATCH_READ_GROUP = "TOOLS_CONSUMER"
-
-
-class ConsumeFromWhere(enum.Enum):
-    """Where a queue starts when the group has no stored offset on it (RocketMQ's names)."""
-
-    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
-
-
-class OnOffsetReset(enum.Enum):
-    """What a running stream does when an operator resets its group's offsets (docs/offsets.md)."""
-
-    FOLLOW = "follow"
-    IGNORE = "ignore"
-    FAIL = "fail"
-
-
-class ReadKind(enum.Enum):
-    """What the options are parsed for. Spark's ``load()`` has them checked before it says whether
-    a stream or a batch read follows (UNDECIDED): every rule is checked then but those of streams
-    (a group is required, ending options are refused), as for a batch read."""
-
-    STREAM = "stream"
-    BATCH = "batch"
-    UNDECIDED = "undecided"
-
-
-class StartingMode(enum.Enum):
-    GROUP = "group"
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    SPECIFIC = "json"
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """The parsed options; topics and group carry the namespace prefix when one is set."""
-
-    client: ClientConfig
-    topics: tuple[str, ...]
-    consumer_group: str | None
-    sub_expression: str
-    expression_type: str
-    consume_from_where: ConsumeFromWhere
-    consume_timestamp_ms: int
-    starting_mode: StartingMode
-    starting_offsets: OffsetMap
-    starting_timestamp_ms: int | None
-    ending_offsets: OffsetMap | None  # None = latest as of planning
-    ending_timestamp_ms: int | None
-    max_messages_per_trigger: int | None
-    min_messages_per_trigger: int | None
-    max_trigger_delay_ms: int
-    min_partitions: int | None
-    max_messages_per_partition: int | None
-    fail_on_data_loss: bool
-    commit_offsets: bool
-    fail_on_shared_group: bool
-    pull_batch_size: int
-    namespace: str | None
-    on_offset_reset: OnOffsetReset = OnOffsetReset.FOLLOW
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    # How long the driver and the tasks of a running query retry what a retry can fix (a broker
-    # restarting), and how long a query's start does: one request timeout, as a failure there
-    # almost always means a wrong address or an unreachable network.
-    retry: Retry = Retry()
-    start_retry: Retry = Retry().within(DEFAULT_PULL_TIMEOUT_MS / MS_PER_SECOND)
-    # The columns rows carry, in order: all of them unless the user gave a narrower schema
-    # (``schema.checked_columns``); not an option string, but it travels to the tasks with them.
-    columns: tuple[str, ...] = COLUMNS
-    # Batch reads: take the filters Spark 4.1+ pushes (``pushdown.py``); needs Spark's conf too.
-    filter_pushdown: bool = False
-
-    @property
-    def tag_filter(self) -> frozenset[str] | None:
-        """Tags kept after the broker's hash-code filter; None keeps everything."""
-        if self.expression_type != EXPRESSION_TAG:
-            return None
-        return parse_tag_expression(self.sub_expression)
-
-    @property
-    def pull_group(self) -> str:
-        """The group pulls name: the consumer group, else one every broker has (nothing is stored)."""
-        return self.consumer_group or BATCH_READ_GROUP
-
-    def display_topic(self, topic: str) -> str:
-        """The topic as the user named it (RocketMQ clients strip the namespace the same way)."""
-        return without_namespace(topic, self.namespace)
+__all__ = [
+    "ALL_OPTIONS",
+    "BATCH_READ_GROUP",
+    "COMMIT_OFFSETS",
+    "CONSUMER_GROUP",
+    "CONSUME_FROM_WHERE",
+    "CONSUME_TIMESTAMP",
+    "ConsumeFromWhere",
+    "DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS",
+    "DEFAULT_MAX_TRIGGER_DELAY_MS",
+    "DEFAULT_PULL_BATCH_SIZE",
+    "ENDING_OFFSETS",
+    "ENDING_TIMESTAMP",
+    "EXPRESSION_TYPE",
+    "FAIL_ON_DATA_LOSS",
+    "FAIL_ON_SHARED_GROUP",
+    "FILTER_PUSHDOWN",
+    "MAX_BODY_BYTES",
+    "MAX_BODY_BYTES_FIX",
+    "MAX_MESSAGES_PER_PARTITION",
+    "MAX_MESSAGES_PER_TRIGGER",
+    "MAX_TRIGGER_DELAY",
+    "MIN_MESSAGES_PER_TRIGGER",
+    "MIN_PARTITIONS",
+    "ON_OFFSET_RESET",
+    "OWNER",
+    "OnOffsetReset",
+    "PULL_BATCH_SIZE",
+    "ROCKETMQ_TIMESTAMP_DIGITS",
+    "ROCKETMQ_TIMESTAMP_FORMAT",
+    "ReadKind",
+    "SPARK_OWNED",
+    "STARTING_OFFSETS",
+    "STARTING_TIMESTAMP",
+    "SUB_EXPRESSION",
+    "SourceOptions",
+    "StartingMode",
+    "TOPIC",
+    "parse_options",
+]
 
 
 # The pieces parse_options is made of, one per concern; each fills the SourceOptions fields it names.
@@ -245,9 +186,14 @@ def parse_options(raw: Mapping[str, str], *, kind: ReadKind, now_ms: int | None 
     now = wall_clock_ms() if now_ms is None else now_ms
     # Keyword arguments are evaluated in order: the pieces check their options in this order.
     return SourceOptions(
-        **names._asdict(), **_subscription(reader)._asdict(), **_start(reader, kind, names, now)._asdict(),
-        **_batch_only(reader, kind, names)._asdict(), **_trigger_limits(reader)._asdict(),
-        **_cluster(reader, servers)._asdict(), **_pulls(reader)._asdict(), **_policies(reader)._asdict(),
+        **names._asdict(),
+        **_subscription(reader)._asdict(),
+        **_start(reader, kind, names, now)._asdict(),
+        **_batch_only(reader, kind, names)._asdict(),
+        **_trigger_limits(reader)._asdict(),
+        **_cluster(reader, servers)._asdict(),
+        **_pulls(reader)._asdict(),
+        **_policies(reader)._asdict(),
     )
 
 
@@ -262,8 +208,10 @@ def _names(reader: OptionReader, kind: ReadKind) -> _Names:
     group = reader.get(CONSUMER_GROUP)
     if group is None and kind is ReadKind.STREAM:
         raise ConfigurationError(
-            CONSUMER_GROUP, "is required for streams",
-            "Set it to the consumer group whose stored offsets the stream starts from and commits to")
+            CONSUMER_GROUP,
+            "is required for streams",
+            "Set it to the consumer group whose stored offsets the stream starts from and commits to",
+        )
     return _Names(topics, None if group is None else with_namespace(group, namespace), namespace)
 
 
@@ -272,16 +220,24 @@ def _subscription(reader: OptionReader) -> _Subscription:
     expression_type = reader.choice(EXPRESSION_TYPE, (EXPRESSION_TAG, EXPRESSION_SQL92), EXPRESSION_TAG)
     sub_expression = reader.get(SUB_EXPRESSION) or SUBSCRIBE_ALL
     if expression_type == EXPRESSION_SQL92 and sub_expression == SUBSCRIBE_ALL:
-        raise ConfigurationError(SUB_EXPRESSION, "'*' is a tag expression, not SQL92",
-                                 "Give a SQL92 selector, e.g. a > 5 AND b = 'x', or use expressionType=TAG")
+        raise ConfigurationError(
+            SUB_EXPRESSION,
+            "'*' is a tag expression, not SQL92",
+            "Give a SQL92 selector, e.g. a > 5 AND b = 'x', or use expressionType=TAG",
+        )
     return _Subscription(expression_type, sub_expression)
 
 
 def _start(reader: OptionReader, kind: ReadKind, names: _Names, now_ms: int) -> _Start:
     """The start rule: streams start from the group's stored offsets unless told otherwise, batch
     reads from the earliest."""
-    consume_from_where = ConsumeFromWhere(reader.choice(
-        CONSUME_FROM_WHERE, tuple(c.value for c in ConsumeFromWhere), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value))
+    consume_from_where = ConsumeFromWhere(
+        reader.choice(
+            CONSUME_FROM_WHERE,
+            tuple(c.value for c in ConsumeFromWhere),
+            ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET.value,
+        )
+    )
     text = reader.get(STARTING_OFFSETS)
     default_mode = StartingMode.GROUP if kind is ReadKind.STREAM else StartingMode.EARLIEST
     offsets: OffsetMap = {}
@@ -292,12 +248,16 @@ def _start(reader: OptionReader, kind: ReadKind, names: _Names, now_ms: int) -> 
         offsets = _offsets_json(reader, STARTING_OFFSETS, names)
     else:
         named = (StartingMode.GROUP, StartingMode.EARLIEST, StartingMode.LATEST)
-        mode = StartingMode(reader.choice(
-            STARTING_OFFSETS, tuple(m.value for m in named), default_mode.value, also=("JSON offsets",)).lower())
+        mode = StartingMode(
+            reader.choice(
+                STARTING_OFFSETS, tuple(m.value for m in named), default_mode.value, also=("JSON offsets",)
+            ).lower()
+        )
     timestamp = reader.epoch_ms(STARTING_TIMESTAMP)
     if timestamp is not None and mode is StartingMode.SPECIFIC:
-        raise ConfigurationError(STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}",
-                                 "Give one of the two")
+        raise ConfigurationError(
+            STARTING_TIMESTAMP, f"cannot be combined with JSON {STARTING_OFFSETS}", "Give one of the two"
+        )
     return _Start(consume_from_where, _consume_timestamp(reader, now_ms), mode, offsets, timestamp)
 
 
@@ -309,15 +269,17 @@ def _batch_only(reader: OptionReader, kind: ReadKind, names: _Names) -> _BatchOn
     if kind is ReadKind.STREAM:
         for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, FILTER_PUSHDOWN):
             if reader.get(name) is not None:
-                raise ConfigurationError(name, "applies to batch reads only",
-                                         "Remove it from the stream, or read with spark.read")
+                raise ConfigurationError(
+                    name, "applies to batch reads only", "Remove it from the stream, or read with spark.read"
+                )
     elif text is not None and text.lower() != "latest":
         if not text.startswith("{"):
             raise ConfigurationError(ENDING_OFFSETS, f"unknown value '{text}'", "Use one of: latest, JSON offsets")
         offsets = _offsets_json(reader, ENDING_OFFSETS, names)
     if timestamp is not None and offsets is not None:
-        raise ConfigurationError(ENDING_TIMESTAMP, f"cannot be combined with JSON {ENDING_OFFSETS}",
-                                 "Give one of the two")
+        raise ConfigurationError(
+            ENDING_TIMESTAMP, f"cannot be combined with JSON {ENDING_OFFSETS}", "Give one of the two"
+        )
     return _BatchOnly(offsets, timestamp, reader.boolean(FILTER_PUSHDOWN, False))
 
 
@@ -326,8 +288,9 @@ def _trigger_limits(reader: OptionReader) -> _TriggerLimits:
     most = reader.positive_int(MAX_MESSAGES_PER_TRIGGER)
     least = reader.positive_int(MIN_MESSAGES_PER_TRIGGER)
     if most is not None and least is not None and least > most:
-        raise ConfigurationError(MIN_MESSAGES_PER_TRIGGER, f"{least} exceeds {MAX_MESSAGES_PER_TRIGGER}={most}",
-                                 "Make it at most that")
+        raise ConfigurationError(
+            MIN_MESSAGES_PER_TRIGGER, f"{least} exceeds {MAX_MESSAGES_PER_TRIGGER}={most}", "Make it at most that"
+        )
     return _TriggerLimits(most, least, reader.duration_ms(MAX_TRIGGER_DELAY, DEFAULT_MAX_TRIGGER_DELAY_MS))
 
 
@@ -351,8 +314,9 @@ def _policies(reader: OptionReader) -> _Policies:
         fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
         commit_offsets=reader.boolean(COMMIT_OFFSETS, True),
         fail_on_shared_group=reader.boolean(FAIL_ON_SHARED_GROUP, False),
-        on_offset_reset=OnOffsetReset(reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset),
-                                                    OnOffsetReset.FOLLOW.value)),
+        on_offset_reset=OnOffsetReset(
+            reader.choice(ON_OFFSET_RESET, tuple(m.value for m in OnOffsetReset), OnOffsetReset.FOLLOW.value)
+        ),
     )
 
 
@@ -368,9 +332,11 @@ def _consume_timestamp(reader: OptionReader, now_ms: int) -> int:
             pass
     elif value.isdigit():
         return int(value)
-    raise ConfigurationError(CONSUME_TIMESTAMP, f"'{value}' is not a time",
-                             "Use RocketMQ's yyyyMMddHHmmss (driver time zone), e.g. 20240131235959, "
-                             "or epoch milliseconds")
+    raise ConfigurationError(
+        CONSUME_TIMESTAMP,
+        f"'{value}' is not a time",
+        "Use RocketMQ's yyyyMMddHHmmss (driver time zone), e.g. 20240131235959, or epoch milliseconds",
+    )
 
 
 def _offsets_json(reader: OptionReader, name: str, names: _Names) -> OffsetMap:
@@ -381,11 +347,15 @@ def _offsets_json(reader: OptionReader, name: str, names: _Names) -> OffsetMap:
         offsets = parse_offset_json(text, namespace=names.namespace)
     except ValueError as err:
         raise ConfigurationError(
-            name, f"malformed offsets ({err})",
+            name,
+            f"malformed offsets ({err})",
             'Use JSON like {"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}',
         ) from err
     stray = sorted({queue.topic for queue in offsets} - set(names.topics))
     if stray:
-        raise ConfigurationError(name, f"names topics the query does not read: {', '.join(stray)}",
-                                 f"List only topics from the '{TOPIC}' option")
+        raise ConfigurationError(
+            name,
+            f"names topics the query does not read: {', '.join(stray)}",
+            f"List only topics from the '{TOPIC}' option",
+        )
     return offsets

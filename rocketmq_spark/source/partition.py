@@ -59,19 +59,27 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> l
     return [
         RocketMQPartition(
             ranges=tuple(ReadRange(r.queue, r.start, r.end) for r in group),
-            client=options.client, group=options.pull_group,
-            sub_expression=options.sub_expression, expression_type=options.expression_type,
-            tag_filter=options.tag_filter, pull_batch_size=options.pull_batch_size,
-            fail_on_data_loss=options.fail_on_data_loss, retry=options.retry, namespace=options.namespace,
-            max_body_bytes=options.max_body_bytes, columns=options.columns,
+            client=options.client,
+            group=options.pull_group,
+            sub_expression=options.sub_expression,
+            expression_type=options.expression_type,
+            tag_filter=options.tag_filter,
+            pull_batch_size=options.pull_batch_size,
+            fail_on_data_loss=options.fail_on_data_loss,
+            retry=options.retry,
+            namespace=options.namespace,
+            max_body_bytes=options.max_body_bytes,
+            columns=options.columns,
         )
         for group in groups
     ]
 
 
-def plan_partitions(options: SourceOptions, start: Mapping[MessageQueue, int],
-                    end: Mapping[MessageQueue, int]) -> list[RocketMQPartition]:
+def plan_partitions(
+    options: SourceOptions, start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int]
+) -> list[RocketMQPartition]:
     """The partitions of a batch reading ``[start, end)``, split and packed as the options ask."""
-    groups = plan(start, end, min_partitions=options.min_partitions,
-                  max_per_partition=options.max_messages_per_partition)
+    groups = plan(
+        start, end, min_partitions=options.min_partitions, max_per_partition=options.max_messages_per_partition
+    )
     return make_partitions(options, groups)

@@ -64,8 +64,9 @@ def shared_client(config: ClientConfig) -> tuple[RocketMQClient, Replicas]:
         return shared
 
 
-def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None, *,
-                   stalled_wait_s: float = STALLED_OFFSET_WAIT_S) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    part: RocketMQPartition, client: RocketMQClient | None = None, *, stalled_wait_s: float = STALLED_OFFSET_WAIT_S
+) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``part`` as Arrow record batches, each range's rows in offset order.
 
     Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
@@ -74,11 +75,18 @@ def read_partition(part: RocketMQPartition, client: RocketMQClient | None = None
     process's shared client (a given one gets routes of its own).
     """
     client, replicas = shared_client(part.client) if client is None else (client, Replicas(client.topic_route))
-    builder = BatchBuilder([RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id,
-                                     r.start, r.end) for r in part.ranges], part.tag_filter, part.max_body_bytes,
-                           part.columns)
-    waiting = deque(_RangeRead(PullSender(client, replicas, part, r), index, stalled_wait_s)
-                    for index, r in enumerate(part.ranges))
+    builder = BatchBuilder(
+        [
+            RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id, r.start, r.end)
+            for r in part.ranges
+        ],
+        part.tag_filter,
+        part.max_body_bytes,
+        part.columns,
+    )
+    waiting = deque(
+        _RangeRead(PullSender(client, replicas, part, r), index, stalled_wait_s) for index, r in enumerate(part.ranges)
+    )
     active: list[_RangeRead] = []
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
@@ -201,7 +209,8 @@ class _RangeRead:
             raise OffsetNotServedError(
                 f"{self.rng.queue}: the broker does not serve offset {start} nor says it is gone: it answered "
                 f"{describe(result)} to it for {self.stalled_wait_s:g} s. Not skipping it; if its commit log was "
-                "being deleted, the queue's min offset passes it soon and a retry reports the loss")
+                "being deleted, the queue's min offset passes it soon and a retry reports the loss"
+            )
         self._start_over(resume)
         return None
 
@@ -219,15 +228,23 @@ class _RangeRead:
         if start < result.min_offset:
             return self._expired(start, result)
         if start > result.max_offset:
-            on_data_loss([DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)],
-                         self.part.fail_on_data_loss)
+            on_data_loss(
+                [DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)], self.part.fail_on_data_loss
+            )
             return rng.end
         self.reset_notices += 1
         if self.reset_notices > RESET_NOTICES_PER_RANGE:
-            raise ProtocolError(f"{rng.queue}: the broker answers OFFSET_MOVED to offset {start} again and "
-                                f"again although it holds [{result.min_offset}, {result.max_offset})")
-        log.info("%s: the broker moved the group's offset to %d (an operator's reset); offset %d of this batch is "
-                 "read as planned", rng.queue, result.next_begin_offset, start)
+            raise ProtocolError(
+                f"{rng.queue}: the broker answers OFFSET_MOVED to offset {start} again and "
+                f"again although it holds [{result.min_offset}, {result.max_offset})"
+            )
+        log.info(
+            "%s: the broker moved the group's offset to %d (an operator's reset); offset %d of this batch is "
+            "read as planned",
+            rng.queue,
+            result.next_begin_offset,
+            start,
+        )
         return start
 
     def _expired(self, start: int, result: PullResult) -> int:
@@ -242,11 +259,13 @@ class _RangeRead:
         if result.max_offset <= start:  # the queue ends before its planned end
             loss = DataLoss.not_served(rng.queue, start, rng.end)
         elif result.next_begin_offset > start:  # a hole in its index, up to where the broker goes on
-            loss = DataLoss.missing_from_index(rng.queue, start, min(result.next_begin_offset, rng.end),
-                                               result.max_offset)
+            loss = DataLoss.missing_from_index(
+                rng.queue, start, min(result.next_begin_offset, rng.end), result.max_offset
+            )
         else:
             raise OffsetNotServedError(
                 f"{rng.queue}: the broker has no message at offset {start}, below its max {result.max_offset}, and "
-                f"does not say where the queue goes on: it answered {describe(result)} for {self.stalled_wait_s:g} s")
+                f"does not say where the queue goes on: it answered {describe(result)} for {self.stalled_wait_s:g} s"
+            )
         on_data_loss([loss], self.part.fail_on_data_loss)
         return loss.lost_to

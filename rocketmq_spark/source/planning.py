@@ -11,10 +11,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.model import MessageQueue
-
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +53,13 @@ class DataLoss:
 
     @classmethod
     def went_backwards(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
-        return cls(queue, lost_from, lost_to, f"are beyond the queue's end (max {max_offset}) although they were "
-                   "within it before: the queue went backwards (topic recreated, or broker store lost?)")
+        return cls(
+            queue,
+            lost_from,
+            lost_to,
+            f"are beyond the queue's end (max {max_offset}) although they were "
+            "within it before: the queue went backwards (topic recreated, or broker store lost?)",
+        )
 
     @classmethod
     def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:
@@ -67,8 +71,13 @@ class DataLoss:
 
     @classmethod
     def missing_from_index(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
-        return cls(queue, lost_from, lost_to, f"are missing from the queue's index (a hole below its max {max_offset}): "
-                   "the broker answers that it has no message there")
+        return cls(
+            queue,
+            lost_from,
+            lost_to,
+            f"are missing from the queue's index (a hole below its max {max_offset}): "
+            "the broker answers that it has no message there",
+        )
 
 
 def backlog(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
@@ -174,12 +183,17 @@ def on_data_loss(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
     if fail_on_data_loss:
         raise DataLossError(
             f"data the query needs is gone: {detail}. If skipping it is acceptable, set "
-            "failOnDataLoss=false and the query goes on from what exists.")
+            "failOnDataLoss=false and the query goes on from what exists."
+        )
     log.warning("skipping data that is gone (failOnDataLoss=false): %s", detail)
 
 
-def checked_starts(start: Mapping[MessageQueue, int], earliest: Mapping[MessageQueue, int],
-                   latest: Mapping[MessageQueue, int], fail_on_data_loss: bool) -> OffsetMap:
+def checked_starts(
+    start: Mapping[MessageQueue, int],
+    earliest: Mapping[MessageQueue, int],
+    latest: Mapping[MessageQueue, int],
+    fail_on_data_loss: bool,
+) -> OffsetMap:
     """The starts of a batch after :func:`reconcile`, with the data-loss policy applied."""
     fixed, losses = reconcile(start, earliest, latest)
     on_data_loss(losses, fail_on_data_loss)
@@ -195,8 +209,14 @@ RANGE_COST = 256
 PARTITION_COST = 100_000
 
 
-def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, max_messages: int | None = None,
-         range_cost: int = RANGE_COST, partition_cost: int = PARTITION_COST) -> list[list[QueueRange]]:
+def pack(
+    pieces: list[QueueRange],
+    *,
+    min_partitions: int | None = None,
+    max_messages: int | None = None,
+    range_cost: int = RANGE_COST,
+    partition_cost: int = PARTITION_COST,
+) -> list[list[QueueRange]]:
     """The pieces grouped into partitions: a large piece alone, small ones together.
 
     Small pieces keep their order (queue by queue, each queue's pieces in offset order) and are
@@ -209,8 +229,12 @@ def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, max_mes
         return alone
     costs = [piece.size + range_cost for piece in small]
     total = sum(costs)
-    wanted = max(math.ceil(total / partition_cost), (min_partitions or 1) - len(alone), 1,
-                 math.ceil(sum(piece.size for piece in small) / max_messages) if max_messages else 1)
+    wanted = max(
+        math.ceil(total / partition_cost),
+        (min_partitions or 1) - len(alone),
+        1,
+        math.ceil(sum(piece.size for piece in small) / max_messages) if max_messages else 1,
+    )
     wanted = min(wanted, len(small))
     share = total / wanted
     groups: list[list[QueueRange]] = []
@@ -218,12 +242,16 @@ def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, max_mes
     for index, (piece, cost) in enumerate(zip(small, costs)):
         to_open = wanted - len(groups)
         full = group_cost + cost > partition_cost or (
-            max_messages is not None and group_messages + piece.size > max_messages)
+            max_messages is not None and group_messages + piece.size > max_messages
+        )
         # A new run starts where the piece would take its run past a bound, where its middle
         # passes the runs' shares so far, or where each piece left must open a run of its own for
         # the count to be reached.
-        if not groups or full or (
-                to_open > 0 and (before + cost / 2 > share * len(groups) or len(small) - index <= to_open)):
+        if (
+            not groups
+            or full
+            or (to_open > 0 and (before + cost / 2 > share * len(groups) or len(small) - index <= to_open))
+        ):
             groups.append([])
             group_cost = group_messages = 0
         groups[-1].append(piece)
@@ -233,8 +261,13 @@ def pack(pieces: list[QueueRange], *, min_partitions: int | None = None, max_mes
     return alone + groups
 
 
-def plan(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int], *, min_partitions: int | None,
-         max_per_partition: int | None) -> list[list[QueueRange]]:
+def plan(
+    start: Mapping[MessageQueue, int],
+    end: Mapping[MessageQueue, int],
+    *,
+    min_partitions: int | None,
+    max_per_partition: int | None,
+) -> list[list[QueueRange]]:
     """The ranges one batch reads, split as the options ask and packed into partitions: the
     planning every reader shares."""
     pieces = split_ranges(plan_ranges(start, end), min_partitions=min_partitions, max_per_partition=max_per_partition)

@@ -21,7 +21,11 @@ from collections.abc import Iterable
 
 from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, ConnectionFailedError, NoReplicaError, QueueNotReadableError, RequestTimeoutError,
+    BrokerResponseError,
+    ConnectionFailedError,
+    NoReplicaError,
+    QueueNotReadableError,
+    RequestTimeoutError,
     RocketMQError,
 )
 from rocketmq_spark.remoting.replicas import Replicas, rejected
@@ -74,9 +78,15 @@ class PullSender:
                 continue
             try:
                 pull.broker_id, pull.address = self._replica or self._resolve()
-                pull.pending = client.pull_async(pull.address, rng.queue, pull.start, group=part.group,
-                                                 max_messages=pull.stop - pull.start, subscription=part.sub_expression,
-                                                 expression_type=part.expression_type)
+                pull.pending = client.pull_async(
+                    pull.address,
+                    rng.queue,
+                    pull.start,
+                    group=part.group,
+                    max_messages=pull.stop - pull.start,
+                    subscription=part.sub_expression,
+                    expression_type=part.expression_type,
+                )
             except RocketMQError as err:
                 pull.error = err
                 self._failed(pull, err)
@@ -98,8 +108,10 @@ class PullSender:
             # Debug only: many pulls meet the same outage, which the retry logs once.
             log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, pull.start, err)
         try:
-            return self.part.retry.call(lambda: self._answer(self._sent_alone(pull.start, pull.stop)),
-                                        f"pull of {self.rng.queue} at {pull.start}")
+            return self.part.retry.call(
+                lambda: self._answer(self._sent_alone(pull.start, pull.stop)),
+                f"pull of {self.rng.queue} at {pull.start}",
+            )
         except RocketMQError as spent:
             if spent.retriable and (self.tried or isinstance(spent, NoReplicaError)):
                 cause = None if isinstance(spent, NoReplicaError) else spent
@@ -170,6 +182,7 @@ class PullSender:
         self.replicas.suggest(queue.topic, queue.broker_name, queue.queue_id, broker_id)
         self._replica = None
 
+
 class _Behind(RocketMQError):
     """A slave's answer that does not serve a planned offset: it may not have copied it yet, and
     only a master's word decides that data is gone. The slave is passed over and the pull retried,
@@ -178,8 +191,9 @@ class _Behind(RocketMQError):
     retriable = True
 
     def __init__(self, pull: Pull, result: PullResult) -> None:
-        super().__init__(f"replica {pull.broker_id} at {pull.address} does not serve offset {pull.start} yet: "
-                         f"{describe(result)}")
+        super().__init__(
+            f"replica {pull.broker_id} at {pull.address} does not serve offset {pull.start} yet: {describe(result)}"
+        )
         self.address = pull.address
 
 
@@ -215,5 +229,7 @@ def stalled(start: int, result: PullResult) -> bool:
 def describe(result: PullResult) -> str:
     """An answer as error texts name it: status, remark and the queue's bounds."""
     remark = f" ({result.remark})" if result.remark else ""
-    return (f"{result.status.value}{remark} with next begin offset {result.next_begin_offset}, the queue holding "
-            f"[{result.min_offset}, {result.max_offset})")
+    return (
+        f"{result.status.value}{remark} with next begin offset {result.next_begin_offset}, the queue holding "
+        f"[{result.min_offset}, {result.max_offset})"
+    )

@@ -26,12 +26,22 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from rocketmq_spark.model import (
-    EXPRESSION_TAG, SUBSCRIBE_ALL, TAG_EXPRESSION_SEPARATOR, MessageQueue, parse_tag_expression,
+    EXPRESSION_TAG,
+    SUBSCRIBE_ALL,
+    TAG_EXPRESSION_SEPARATOR,
+    MessageQueue,
+    parse_tag_expression,
 )
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.spark_api import (
-    EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -47,8 +57,10 @@ STORE_TIMESTAMP = "storeTimestamp"
 
 # The comparisons, as where they put a bound: (lower bound?, inclusive?).
 _BOUNDS: dict[type, tuple[bool, bool]] = {
-    GreaterThan: (True, False), GreaterThanOrEqual: (True, True),
-    LessThan: (False, False), LessThanOrEqual: (False, True),
+    GreaterThan: (True, False),
+    GreaterThanOrEqual: (True, True),
+    LessThan: (False, False),
+    LessThanOrEqual: (False, True),
 }
 
 
@@ -67,8 +79,9 @@ class Pushed:
     tags: frozenset[str] | None = None
 
     def keeps(self, queue: MessageQueue) -> bool:
-        return ((self.brokers is None or queue.broker_name in self.brokers)
-                and (self.queue_ids is None or queue.queue_id in self.queue_ids))
+        return (self.brokers is None or queue.broker_name in self.brokers) and (
+            self.queue_ids is None or queue.queue_id in self.queue_ids
+        )
 
     def subscribed(self, options: SourceOptions) -> SourceOptions:
         """The options with the pushed tags as the subscription, if any were pushed."""
@@ -76,8 +89,9 @@ class Pushed:
             return options
         return replace(options, sub_expression=TAG_EXPRESSION_SEPARATOR.join(sorted(self.tags)))
 
-    def narrowed(self, start: OffsetMap, end: OffsetMap,
-                 offsets_for_time: Callable[[list[MessageQueue], int], OffsetMap]) -> tuple[OffsetMap, OffsetMap]:
+    def narrowed(
+        self, start: OffsetMap, end: OffsetMap, offsets_for_time: Callable[[list[MessageQueue], int], OffsetMap]
+    ) -> tuple[OffsetMap, OffsetMap]:
         """The ranges ``[start, end)`` of the queues kept, cut to the pushed offsets and times;
         a range cut to nothing ends where it starts."""
         queues = sorted(q for q in end if self.keeps(q))
@@ -124,7 +138,7 @@ def push(filters: Sequence[Filter], options: SourceOptions) -> tuple[Pushed, lis
         else:
             back.append(f)
     if pushed.tags is not None and not pushed.tags:  # no tag is in all of them: an empty subscription
-        pushed = replace(pushed, tags=None)          # matches nothing on the broker; leave it to Spark
+        pushed = replace(pushed, tags=None)  # matches nothing on the broker; leave it to Spark
         back += tag_filters
     return pushed, back
 
@@ -209,9 +223,11 @@ def _store_times(pushed: Pushed, f: Filter) -> Pushed:
         else:
             high = after_ms if inclusive else ceil_ms
     if low is not None:
-        pushed = replace(pushed, stored_from_ms=low if pushed.stored_from_ms is None
-                         else max(pushed.stored_from_ms, low))
+        pushed = replace(
+            pushed, stored_from_ms=low if pushed.stored_from_ms is None else max(pushed.stored_from_ms, low)
+        )
     if high is not None:
-        pushed = replace(pushed, stored_until_ms=high if pushed.stored_until_ms is None
-                         else min(pushed.stored_until_ms, high))
+        pushed = replace(
+            pushed, stored_until_ms=high if pushed.stored_until_ms is None else min(pushed.stored_until_ms, high)
+        )
     return pushed

@@ -53,8 +53,9 @@ def describe(resets: Mapping[MessageQueue, int], position: Mapping[MessageQueue,
     return ", ".join(f"{q}: {position[q] if q in position else '?'} -> {resets[q]}" for q in sorted(resets))
 
 
-def apply(policy: OnOffsetReset, group: str, start: Mapping[MessageQueue, int],
-          resets: Mapping[MessageQueue, int]) -> OffsetMap:
+def apply(
+    policy: OnOffsetReset, group: str, start: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int]
+) -> OffsetMap:
     """The resets the next batch follows (its queues start there): all of them with ``follow``,
     none with ``ignore``; ``fail`` raises an error naming the queues, offsets and the option.
     Resets of queues the stream does not read, or to where it stands, change nothing."""
@@ -63,5 +64,6 @@ def apply(policy: OnOffsetReset, group: str, start: Mapping[MessageQueue, int],
         raise OffsetResetError(
             f"the offsets of consumer group '{group}' were reset by an operator ({describe(relevant, start)}), "
             f"and {ON_OFFSET_RESET}=fail stops the query: restart it with {ON_OFFSET_RESET}=follow to read from the "
-            f"reset offsets, or {ON_OFFSET_RESET}=ignore to go on from the checkpoint")
+            f"reset offsets, or {ON_OFFSET_RESET}=ignore to go on from the checkpoint"
+        )
     return relevant if policy is OnOffsetReset.FOLLOW else {}

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
-from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
@@ -31,8 +31,12 @@ __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
 class QueueRoutes:
     """Routes of the source's topics as the driver uses them, and the brokers' liveness."""
 
-    def __init__(self, options: SourceOptions, client: RocketMQClient, clock: Callable[[], float] = time.monotonic,
-                 ) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        client: RocketMQClient,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.options = options
         self.client = client
         self.replicas = Replicas(client.topic_route, clock)
@@ -65,9 +69,11 @@ class QueueRoutes:
                 if missing_ok:
                     continue
                 raise ConfigurationError(
-                    TOPIC, f"topic '{self.options.display_topic(topic)}' does not exist on "
+                    TOPIC,
+                    f"topic '{self.options.display_topic(topic)}' does not exist on "
                     f"{';'.join(self.options.client.name_servers)}",
-                    "Create it, or check the topic name and the nameServer option") from err
+                    "Create it, or check the topic name and the nameServer option",
+                ) from err
             masters.update({name: b.master_address for name, b in route.brokers.items() if b.master_address})
             for queue in route.readable_queues():
                 replicas = self.replicas.read_replicas(topic, queue.broker_name)
@@ -94,15 +100,19 @@ class QueueRoutes:
         if queue not in self._addresses:
             self.queues(fresh=True)
         if queue not in self._addresses:
-            raise ConfigurationError(STARTING_OFFSETS, f"queue {queue} does not exist",
-                                     "Name only queues the topic's route lists")
+            raise ConfigurationError(
+                STARTING_OFFSETS, f"queue {queue} does not exist", "Name only queues the topic's route lists"
+            )
         return self._addresses[queue]
 
     def masters(self) -> dict[MessageQueue, str]:
         """The queues whose broker name has a master that answered last time, with its address:
         where the group's offsets are stored and read back, and the group's members listed."""
-        return {q: self._masters[q.broker_name] for q in self._addresses
-                if q.broker_name in self._masters and q.broker_name not in self.unreachable}
+        return {
+            q: self._masters[q.broker_name]
+            for q in self._addresses
+            if q.broker_name in self._masters and q.broker_name not in self.unreachable
+        }
 
     def broker_addresses(self) -> set[str]:
         """The masters of the last routes (a broker each, or a proxy): safe to ask from another
@@ -144,8 +154,9 @@ class QueueRoutes:
                 self._seen[broker] = now
         return frozenset(again)
 
-    def hold_unreachable(self, wanted: list[MessageQueue], answered: set[str],
-                         unanswered: Mapping[str, RocketMQError]) -> list[MessageQueue]:
+    def hold_unreachable(
+        self, wanted: list[MessageQueue], answered: set[str], unanswered: Mapping[str, RocketMQError]
+    ) -> list[MessageQueue]:
         """Of ``wanted``, the queues to ask one by one: not those of registered brokers that did not
         answer, unless no broker has answered for ``retryBudgetMs`` (then the query fails)."""
         now = self._clock()

@@ -23,10 +23,19 @@ _INT32 = pa.int32()
 # The decoded column (an ``ArrowColumns`` field) each row column is, where it is one; the others
 # come from the range a message was pulled from.
 _DECODED = {
-    "queueOffset": "queue_offset", "msgId": "msg_id", "offsetMsgId": "offset_msg_id", "tags": "tags",
-    "keys": "keys", "body": "body", "properties": "properties", "bornTimestamp": "born_timestamp",
-    "storeTimestamp": "store_timestamp", "bornHost": "born_host", "storeHost": "store_host",
-    "reconsumeTimes": "reconsume_times", "flag": "flag",
+    "queueOffset": "queue_offset",
+    "msgId": "msg_id",
+    "offsetMsgId": "offset_msg_id",
+    "tags": "tags",
+    "keys": "keys",
+    "body": "body",
+    "properties": "properties",
+    "bornTimestamp": "born_timestamp",
+    "storeTimestamp": "store_timestamp",
+    "bornHost": "born_host",
+    "storeHost": "store_host",
+    "reconsumeTimes": "reconsume_times",
+    "flag": "flag",
 }
 # Trimming pulls to their ranges needs the offsets, and the exact tag check the tags.
 _ALWAYS_DECODED = frozenset({"queue_offset"})
@@ -58,8 +67,13 @@ class BatchBuilder:
     skipped where the decoder can.
     """
 
-    def __init__(self, ranges: Sequence[RowRange], tags: frozenset[str] | None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, columns: Sequence[str] = COLUMNS) -> None:
+    def __init__(
+        self,
+        ranges: Sequence[RowRange],
+        tags: frozenset[str] | None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        columns: Sequence[str] = COLUMNS,
+    ) -> None:
         self._topic = pa.array([r.topic for r in ranges], pa.string())
         self._broker = pa.array([r.broker_name for r in ranges], pa.string())
         self._queue_id = pa.array([r.queue_id for r in ranges], _INT32)

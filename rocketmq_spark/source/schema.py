@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.types import (
-    BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from rocketmq_spark.config.errors import ConfigurationError
@@ -22,24 +30,26 @@ from rocketmq_spark.config.errors import ConfigurationError
 _STRING = StringType()
 _INT = IntegerType()
 
-SCHEMA = StructType([
-    StructField("topic", _STRING),
-    StructField("brokerName", _STRING),
-    StructField("queueId", _INT),
-    StructField("queueOffset", LongType()),
-    StructField("msgId", _STRING),
-    StructField("offsetMsgId", _STRING),
-    StructField("tags", _STRING),
-    StructField("keys", _STRING),
-    StructField("body", BinaryType()),
-    StructField("properties", MapType(_STRING, _STRING)),
-    StructField("bornTimestamp", TimestampType()),
-    StructField("storeTimestamp", TimestampType()),
-    StructField("bornHost", _STRING),
-    StructField("storeHost", _STRING),
-    StructField("reconsumeTimes", _INT),
-    StructField("flag", _INT),
-])
+SCHEMA = StructType(
+    [
+        StructField("topic", _STRING),
+        StructField("brokerName", _STRING),
+        StructField("queueId", _INT),
+        StructField("queueOffset", LongType()),
+        StructField("msgId", _STRING),
+        StructField("offsetMsgId", _STRING),
+        StructField("tags", _STRING),
+        StructField("keys", _STRING),
+        StructField("body", BinaryType()),
+        StructField("properties", MapType(_STRING, _STRING)),
+        StructField("bornTimestamp", TimestampType()),
+        StructField("storeTimestamp", TimestampType()),
+        StructField("bornHost", _STRING),
+        StructField("storeHost", _STRING),
+        StructField("reconsumeTimes", _INT),
+        StructField("flag", _INT),
+    ]
+)
 
 _ARROW_TYPES: dict[type, pa.DataType] = {
     StringType: pa.string(),
@@ -81,8 +91,7 @@ def checked_columns(schema: StructType) -> tuple[str, ...]:
         elif field.name in seen:
             problems.append(f"'{field.name}' is named twice")
         elif field.dataType != allowed.dataType:
-            problems.append(f"'{field.name}' is {allowed.dataType.simpleString()}, "
-                            f"not {field.dataType.simpleString()}")
+            problems.append(f"'{field.name}' is {allowed.dataType.simpleString()}, not {field.dataType.simpleString()}")
         elif not field.nullable:
             problems.append(f"'{field.name}' must be nullable")
         seen.add(field.name)
@@ -90,7 +99,9 @@ def checked_columns(schema: StructType) -> tuple[str, ...]:
         problems.append("it names no column")
     if problems:
         raise ConfigurationError(
-            SCHEMA_OPTION, f"the schema given with .schema(...) cannot be read: {'; '.join(problems)}",
+            SCHEMA_OPTION,
+            f"the schema given with .schema(...) cannot be read: {'; '.join(problems)}",
             f"Name any of these columns, in any order, with these types: {SCHEMA.simpleString()}; "
-            "or give no schema for all of them")
+            "or give no schema for all of them",
+        )
     return tuple(field.name for field in schema.fields)

@@ -70,7 +70,11 @@ class _SupportsTriggerAvailableNow(ABC):
 
 try:
     from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
     )
 
     ADMISSION_CONTROL = True
@@ -93,16 +97,32 @@ class _Filter:
 
 
 class _EqualTo(_Filter): ...
+
+
 class _GreaterThan(_Filter): ...
+
+
 class _GreaterThanOrEqual(_Filter): ...
+
+
 class _LessThan(_Filter): ...
+
+
 class _LessThanOrEqual(_Filter): ...
+
+
 class _In(_Filter): ...
 
 
 try:
     from pyspark.sql.datasource import (
-        EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+        EqualTo,
+        Filter,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        LessThanOrEqual,
     )
 
     FILTER_PUSHDOWN = True
@@ -119,10 +139,27 @@ except ImportError:  # PySpark 4.0
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["ADMISSION_CONTROL", "FILTER_PUSHDOWN", "FILTER_PUSHDOWN_CONF", "AdmissionControlled", "EqualTo", "Filter",
-           "GreaterThan", "GreaterThanOrEqual", "In", "LessThan", "LessThanOrEqual", "PlainStreamReader",
-           "ReadAllAvailable", "ReadLimit", "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow",
-           "batch_reader_class", "for_this_spark"]
+__all__ = [
+    "ADMISSION_CONTROL",
+    "FILTER_PUSHDOWN",
+    "FILTER_PUSHDOWN_CONF",
+    "AdmissionControlled",
+    "EqualTo",
+    "Filter",
+    "GreaterThan",
+    "GreaterThanOrEqual",
+    "In",
+    "LessThan",
+    "LessThanOrEqual",
+    "PlainStreamReader",
+    "ReadAllAvailable",
+    "ReadLimit",
+    "ReadMaxRows",
+    "ReadMinRows",
+    "SupportsTriggerAvailableNow",
+    "batch_reader_class",
+    "for_this_spark",
+]
 
 
 class AdmissionControlled(Protocol):
@@ -187,14 +224,20 @@ class PlainStreamReader(DataSourceStreamReader):
 
 def single_batch_notice(stores: bool, limited: bool) -> str:
     """What an AvailableNow run does differently on this PySpark, said once at a query's start."""
-    notice = (f"PySpark {pyspark.__version__} runs Trigger.AvailableNow on a Python source as one micro-batch "
-              "(4.2 and later run it in as many batches as the limits ask)")
+    notice = (
+        f"PySpark {pyspark.__version__} runs Trigger.AvailableNow on a Python source as one micro-batch "
+        "(4.2 and later run it in as many batches as the limits ask)"
+    )
     if stores:
-        notice += ("; Spark ends that run without telling the source, so the group's offsets on the broker reach "
-                   "the batch's end when the next run on the checkpoint plans its first batch")
+        notice += (
+            "; Spark ends that run without telling the source, so the group's offsets on the broker reach "
+            "the batch's end when the next run on the checkpoint plans its first batch"
+        )
     if limited:
-        notice += ("; maxMessagesPerTrigger and minMessagesPerTrigger apply to that batch as to any trigger, so such "
-                   "a run reads at most maxMessagesPerTrigger messages, or none below minMessagesPerTrigger")
+        notice += (
+            "; maxMessagesPerTrigger and minMessagesPerTrigger apply to that batch as to any trigger, so such "
+            "a run reads at most maxMessagesPerTrigger messages, or none below minMessagesPerTrigger"
+        )
     return notice
 
 
@@ -205,8 +248,11 @@ def batch_reader_class(pushdown: bool, plain: type[R], pushing: type[R]) -> type
     """The batch reader class for this PySpark: the one that overrides ``pushFilters`` only when
     the user asked for pushdown (which then needs the conf on) and this PySpark has it."""
     if pushdown and not FILTER_PUSHDOWN:
-        log.info("PySpark %s pushes no filters to Python sources (4.1 and later do): filterPushdown has no effect; "
-                 "Spark filters the rows", pyspark.__version__)
+        log.info(
+            "PySpark %s pushes no filters to Python sources (4.1 and later do): filterPushdown has no effect; "
+            "Spark filters the rows",
+            pyspark.__version__,
+        )
     return pushing if pushdown and FILTER_PUSHDOWN else plain
 
 

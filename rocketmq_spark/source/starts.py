@@ -12,7 +12,11 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.options import (
-    CONSUMER_GROUP, STARTING_OFFSETS, ConsumeFromWhere, SourceOptions, StartingMode,
+    CONSUMER_GROUP,
+    STARTING_OFFSETS,
+    ConsumeFromWhere,
+    SourceOptions,
+    StartingMode,
 )
 
 log = logging.getLogger(__name__)
@@ -44,16 +48,19 @@ def starting_offsets(options: SourceOptions, queues: Iterable[MessageQueue], bro
         missing = sorted(set(options.starting_offsets) - set(queue_list))
         if missing:
             raise ConfigurationError(
-                STARTING_OFFSETS, f"names queues that do not exist: {', '.join(map(str, missing))}",
-                f"Use queues of the route: {', '.join(map(str, queue_list))}")
+                STARTING_OFFSETS,
+                f"names queues that do not exist: {', '.join(map(str, missing))}",
+                f"Use queues of the route: {', '.join(map(str, queue_list))}",
+            )
         explicit = dict(options.starting_offsets)
         check_within_ends(STARTING_OFFSETS, explicit, brokers.max_offsets(sorted(explicit)))
     rest = [q for q in queue_list if q not in explicit]
     return {**explicit, **_group_offsets(options, rest, brokers)}
 
 
-def first_seen_offsets(options: SourceOptions, queues: Iterable[MessageQueue], brokers: BrokerOffsets,
-                       since_ms: int | None) -> OffsetMap:
+def first_seen_offsets(
+    options: SourceOptions, queues: Iterable[MessageQueue], brokers: BrokerOffsets, since_ms: int | None
+) -> OffsetMap:
     """Where a running query starts queues it sees for the first time (the topic expanded, a
     broker came back, a queue became readable again).
 
@@ -89,12 +96,17 @@ def check_within_ends(option: str, offsets: Mapping[MessageQueue, int], ends: Ma
     """Offsets a user gave must be within their queues: one past a queue's end names a message
     that does not exist (yet), which is a mistake in the option, not data the query lost. A queue
     missing from ``ends`` (its broker did not answer) is not judged."""
-    beyond = [f"{queue}: {offset} is beyond the queue's end (max {ends[queue]})"
-              for queue, offset in sorted(offsets.items()) if queue in ends and offset > ends[queue]]
+    beyond = [
+        f"{queue}: {offset} is beyond the queue's end (max {ends[queue]})"
+        for queue, offset in sorted(offsets.items())
+        if queue in ends and offset > ends[queue]
+    ]
     if beyond:
-        raise ConfigurationError(option, f"names offsets past the end of their queues: {'; '.join(beyond)}",
-                                 "Give offsets at most each queue's max offset (the next offset to be written), "
-                                 "or use latest")
+        raise ConfigurationError(
+            option,
+            f"names offsets past the end of their queues: {'; '.join(beyond)}",
+            "Give offsets at most each queue's max offset (the next offset to be written), or use latest",
+        )
 
 
 def _group_offsets(options: SourceOptions, queues: list[MessageQueue], brokers: BrokerOffsets) -> OffsetMap:
@@ -103,14 +115,21 @@ def _group_offsets(options: SourceOptions, queues: list[MessageQueue], brokers: 
         return {}
     group = options.consumer_group
     if group is None:
-        raise ConfigurationError(CONSUMER_GROUP, f"is required with {STARTING_OFFSETS}=group",
-                                 "Set the group whose stored offsets to start from, or another startingOffsets")
+        raise ConfigurationError(
+            CONSUMER_GROUP,
+            f"is required with {STARTING_OFFSETS}=group",
+            "Set the group whose stored offsets to start from, or another startingOffsets",
+        )
     stored = brokers.stored_offsets(queues, group)
     unstored = [q for q, offset in stored.items() if offset is None]
     fallback = _fallback_offsets(options, unstored, brokers)
     if unstored:
-        log.info("no stored offset for group %s on %d queue(s); %s applies",
-                 group, len(unstored), options.consume_from_where.value)
+        log.info(
+            "no stored offset for group %s on %d queue(s); %s applies",
+            group,
+            len(unstored),
+            options.consume_from_where.value,
+        )
     return {q: offset if offset is not None else fallback[q] for q, offset in stored.items()}
 
 

@@ -24,19 +24,28 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.source.absences import Absences
+from rocketmq_spark.source.broker_requests import BrokerRequests
 from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.group_offsets import IDLE_RESET_CHECK_MS, GroupOffsets
-from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.broker_requests import BrokerRequests
 from rocketmq_spark.source.next_batch import BrokerFacts, next_batch
+from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import (
-    OffsetMap, from_spark, has_metadata, resets_from_spark, starts_from_spark, to_spark,
+    OffsetMap,
+    from_spark,
+    has_metadata,
+    resets_from_spark,
+    starts_from_spark,
+    to_spark,
 )
 from rocketmq_spark.source.options import SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.spark_api import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
 )
 from rocketmq_spark.source.starts import first_seen_offsets, starting_offsets
 
@@ -54,10 +63,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     sees one version or the next; announced resets go through a locked inbox.
     """
 
-    def __init__(self, options: SourceOptions,
-                 open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader,
-                 open_watch: Callable[[SourceOptions, OffsetReader], GroupWatch] | None = None,
-                 clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        open_offsets: Callable[[SourceOptions], OffsetReader] = OffsetReader,
+        open_watch: Callable[[SourceOptions, OffsetReader], GroupWatch] | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.options = options
         self._open_offsets = open_offsets
         self._open_watch = open_watch or _watch_group
@@ -102,8 +114,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self._watch is None:
             self._watch = self._open_watch(self.options, self.offsets)
-            self.offsets.client.serve(BrokerRequests(  # before the first heartbeat
-                self.options, self.group.inbox, self._standing, self._watch.subscriptions, self._watch.sub_version))
+            self.offsets.client.serve(
+                BrokerRequests(  # before the first heartbeat
+                    self.options, self.group.inbox, self._standing, self._watch.subscriptions, self._watch.sub_version
+                )
+            )
             self._watch.start()
         self._watch.check()
 
@@ -141,9 +156,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begins = {**start_map, **followed}
         facts = self._facts(self._max_offsets(routes) if latest is None else latest, begins)
         limited = not isinstance(limit, ReadAllAvailable)
-        batch = next_batch(start_map, followed, facts,
-                           max_rows=self.options.max_messages_per_trigger if limited else None,
-                           fail_on_data_loss=self.options.fail_on_data_loss)
+        batch = next_batch(
+            start_map,
+            followed,
+            facts,
+            max_rows=self.options.max_messages_per_trigger if limited else None,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
         waiting = limited and self._waiting_for_more(batch.available)
         self.group.planned(followed, waiting)
         if waiting:
@@ -208,8 +227,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Runs on the client's reader thread: see the class's note on threads."""
         (starts, ends), stored, latest = self._batch, self.group.stored, self._latest
         queues = set(stored) | set(ends) | set(latest)
-        return {q: QueueStanding(stored.get(q, starts.get(q, 0)), starts.get(q, ends.get(q, stored.get(q, 0))),
-                                 ends.get(q, stored.get(q, 0))) for q in sorted(queues)}
+        return {
+            q: QueueStanding(
+                stored.get(q, starts.get(q, 0)),
+                starts.get(q, ends.get(q, stored.get(q, 0))),
+                ends.get(q, stored.get(q, 0)),
+            )
+            for q in sorted(queues)
+        }
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketMQPartition)

@@ -112,8 +112,9 @@ class Bracket:
         return Probe(offset, LATER_WINDOW)
 
 
-def first_at_or_after(near: Mapping[MessageQueue, int], timestamp_ms: int,
-                      pull_round: PullRound) -> dict[MessageQueue, int]:
+def first_at_or_after(
+    near: Mapping[MessageQueue, int], timestamp_ms: int, pull_round: PullRound
+) -> dict[MessageQueue, int]:
     """Per queue, the first offset stored at or after the time (the max offset if none is),
     from the broker's answer ``near`` it."""
     brackets = {queue: Bracket(timestamp_ms) for queue in near}
@@ -128,5 +129,7 @@ def first_at_or_after(near: Mapping[MessageQueue, int], timestamp_ms: int,
     if not probes:
         return {queue: bracket.hi for queue, bracket in brackets.items()}
     unsettled = ", ".join(map(str, sorted(probes)))
-    raise ProtocolError(f"store times of {unsettled} did not settle where the messages of {timestamp_ms} start: "
-                        "the pulls around the broker's answer returned other offsets than asked")
+    raise ProtocolError(
+        f"store times of {unsettled} did not settle where the messages of {timestamp_ms} start: "
+        "the pulls around the broker's answer returned other offsets than asked"
+    )

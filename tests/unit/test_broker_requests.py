@@ -20,21 +20,28 @@ def handler(inbox: ResetInbox | None = None) -> BrokerRequests:
 
 
 def test_running_info_shows_the_subscription_and_each_queues_stored_offset_and_batch() -> None:
-    answer = handler()(RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO,
-                                       ext_fields={"consumerGroup": "g", "clientId": "c", "jstackEnable": "false"}))
+    answer = handler()(
+        RemotingCommand(
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            ext_fields={"consumerGroup": "g", "clientId": "c", "jstackEnable": "false"},
+        )
+    )
     assert answer is not None and answer.code == ResponseCode.SUCCESS
     info = fastjson.loads(answer.body.decode())
     assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_ACTIVELY"
     assert int(info["properties"]["PROP_CONSUMER_START_TIMESTAMP"]) > 0
     assert [(s["topic"], s["subString"], s["subVersion"]) for s in info["subscriptionSet"]] == [(TOPIC, "*", 7)]
     table = {(key["topic"], key["brokerName"], key["queueId"]): value for key, value in info["mqTable"]}
-    assert {k: (v["commitOffset"], v["cachedMsgMinOffset"], v["cachedMsgMaxOffset"], v["cachedMsgCount"])
-            for k, v in table.items()} == {(TOPIC, "broker-a", 0): (40, 40, 55, 15), (TOPIC, "broker-a", 1): (30, 30, 30, 0)}
+    assert {
+        k: (v["commitOffset"], v["cachedMsgMinOffset"], v["cachedMsgMaxOffset"], v["cachedMsgCount"])
+        for k, v in table.items()
+    } == {(TOPIC, "broker-a", 0): (40, 40, 55, 15), (TOPIC, "broker-a", 1): (30, 30, 30, 0)}
 
 
 def test_consumer_status_gives_the_stored_offsets_of_the_topic_asked() -> None:
-    answer = handler()(RemotingCommand(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
-                                       ext_fields={"topic": TOPIC, "group": "g"}))
+    answer = handler()(
+        RemotingCommand(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, ext_fields={"topic": TOPIC, "group": "g"})
+    )
     assert answer is not None
     table = fastjson.loads(answer.body.decode())["messageQueueTable"]
     assert {(k["brokerName"], k["queueId"]): v for k, v in table} == {("broker-a", 0): 40, ("broker-a", 1): 30}

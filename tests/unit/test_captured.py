@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import FrameReader, decode_frame
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import FrameReader, decode_frame
 from tests.captured import LENGTH_FIELD_BYTES, body, case_names, expectations, raw
 from tests.records import as_python
 
@@ -54,21 +54,24 @@ def records(data: bytes) -> list[bytes]:
     out = []
     position = 0
     while position < len(data):
-        size = int.from_bytes(data[position:position + 4], "big")
-        out.append(data[position:position + size])
+        size = int.from_bytes(data[position : position + 4], "big")
+        out.append(data[position : position + size])
         position += size
     return out
 
 
 def int32_at(record: bytes, position: int) -> int:
-    return int.from_bytes(record[position:position + 4], "big")
+    return int.from_bytes(record[position : position + 4], "big")
 
 
 def java_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
     """MessageDecoder.createMessageId for an IPv4 store host."""
     ip, _, port = store_host.rpartition(":")
-    return (ipaddress.IPv4Address(ip).packed + int(port).to_bytes(4, "big")
-            + commit_log_offset.to_bytes(8, "big")).hex().upper()
+    return (
+        (ipaddress.IPv4Address(ip).packed + int(port).to_bytes(4, "big") + commit_log_offset.to_bytes(8, "big"))
+        .hex()
+        .upper()
+    )
 
 
 def assert_same_as_java(message: Message, java: dict[str, Any]) -> None:
@@ -193,6 +196,6 @@ def test_the_frame_reader_splits_the_captured_frame_from_any_chunking() -> None:
 
     for chunk in (1, 7, len(frame) // 2, len(frame)):
         reader = FrameReader()
-        commands = [c for i in range(0, len(frame), chunk) for c in reader.feed(frame[i:i + chunk])]
+        commands = [c for i in range(0, len(frame), chunk) for c in reader.feed(frame[i : i + chunk])]
         assert commands == [whole]
         assert reader.buffered == 0

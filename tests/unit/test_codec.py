@@ -45,9 +45,13 @@ BINARY_RESPONSE_FRAME = bytes.fromhex(
     "01DF"  # version 479
     "00000007"  # opaque 7
     "00000001"  # flag: response
-    "00000005" "464F554E44"  # remark "FOUND"
+    "00000005"
+    "464F554E44"  # remark "FOUND"
     "0000000D"  # extFields length 13
-    "0006" "6F6666736574" "00000001" "35"  # offset=5
+    "0006"
+    "6F6666736574"
+    "00000001"
+    "35"  # offset=5
     "616263"  # body "abc"
 )
 
@@ -67,7 +71,12 @@ def test_request_fields_are_stringified_like_java() -> None:
         {"a": True, "b": False, "c": 0, "d": -12, "e": "x", "f": None, "g": 2**40},
     )
     assert command.ext_fields == {
-        "a": "true", "b": "false", "c": "0", "d": "-12", "e": "x", "g": "1099511627776",
+        "a": "true",
+        "b": "false",
+        "c": "0",
+        "d": "-12",
+        "e": "x",
+        "g": "1099511627776",
     }
     assert command.language == "PYTHON"
     assert command.version == codes.PROTOCOL_VERSION == 401
@@ -124,8 +133,14 @@ def test_binary_header_frame_decodes() -> None:
 
 def test_binary_header_encodes_to_the_golden_bytes() -> None:
     command = RemotingCommand(
-        code=0, opaque=7, flag=1, language="JAVA", version=479, remark="FOUND",
-        ext_fields={"offset": "5"}, body=b"abc",
+        code=0,
+        opaque=7,
+        flag=1,
+        language="JAVA",
+        version=479,
+        remark="FOUND",
+        ext_fields={"offset": "5"},
+        body=b"abc",
     )
     assert encode_frame(command, serialize_type=codes.SERIALIZE_ROCKETMQ) == BINARY_RESPONSE_FRAME
     rocketmq_command = RemotingCommand(code=11, serialize_type=codes.SERIALIZE_ROCKETMQ)
@@ -146,14 +161,22 @@ def test_decode_accepts_bytes_like(kind: type) -> None:
 
 def test_round_trip_both_formats() -> None:
     command = RemotingCommand(
-        code=codes.RequestCode.PULL_MESSAGE, opaque=123456, flag=0, remark="r", version=401,
-        ext_fields={"topic": "Tö", "queueId": "0", "": ""}, body=bytes(range(256)),
+        code=codes.RequestCode.PULL_MESSAGE,
+        opaque=123456,
+        flag=0,
+        remark="r",
+        version=401,
+        ext_fields={"topic": "Tö", "queueId": "0", "": ""},
+        body=bytes(range(256)),
     )
     for kind in (codes.SERIALIZE_JSON, codes.SERIALIZE_ROCKETMQ):
         decoded = decode_frame(encode_frame(command, serialize_type=kind)[4:])
         assert decoded.ext_fields == command.ext_fields
         assert (decoded.code, decoded.opaque, decoded.remark, decoded.body) == (
-            command.code, command.opaque, command.remark, command.body,
+            command.code,
+            command.opaque,
+            command.remark,
+            command.body,
         )
         assert decoded.serialize_type == kind
 

@@ -18,16 +18,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.remoting import codes
 from rocketmq_spark.records.columnar import decode_bulk, scan_records
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.decoder import decode_pulls
 from rocketmq_spark.records.properties import _entries
+from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from rocketmq_spark.source.schema import ARROW_SCHEMA
-from tests.captured import body as captured_body, case_names
-from tests.records import COMPRESSORS, IPV4_BORN, IPV4_STORE, PROPERTY_BYTES, as_python, inner_message, properties_block, record
+from tests.captured import body as captured_body
+from tests.captured import case_names
+from tests.records import (
+    COMPRESSORS,
+    IPV4_BORN,
+    IPV4_STORE,
+    PROPERTY_BYTES,
+    as_python,
+    inner_message,
+    properties_block,
+    record,
+)
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
@@ -60,18 +70,23 @@ def taken_records(draw: st.DrawFn, offset: int) -> bytes:
         sys_flag = codes.MSG_FLAG_COMPRESSED | compression_type << codes.MSG_COMPRESSION_TYPE_SHIFT
     properties = draw(
         PROPERTY_BYTES
-        | st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda t: "\x01" not in t and "\x02" not in t),
-                          st.text(min_size=1, max_size=8).filter(lambda t: "\x01" not in t and "\x02" not in t),
-                          max_size=4).map(properties_block)
+        | st.dictionaries(
+            st.text(min_size=1, max_size=8).filter(lambda t: "\x01" not in t and "\x02" not in t),
+            st.text(min_size=1, max_size=8).filter(lambda t: "\x01" not in t and "\x02" not in t),
+            max_size=4,
+        ).map(properties_block)
         | st.just(b"UNIQ_KEY\x01first\x02TAGS\x01t\x02UNIQ_KEY\x01second\x02")
     )
     return record(
-        body=payload, sys_flag=sys_flag, queue_offset=offset,
+        body=payload,
+        sys_flag=sys_flag,
+        queue_offset=offset,
         flag=draw(st.integers(-(2**31), 2**31 - 1)),
         commit_log_offset=draw(st.integers(0, 2**63 - 1)),
         born_host=draw(st.sampled_from([IPV4_BORN, (bytes([10, 0, 0, 9]), 1)])),
         store_host=draw(st.sampled_from([IPV4_STORE, (bytes([192, 168, 1, 2]), 10921)])),
-        reconsume_times=draw(st.integers(0, 16)), properties=properties,
+        reconsume_times=draw(st.integers(0, 16)),
+        properties=properties,
     )
 
 
@@ -124,13 +139,16 @@ def test_well_formed_properties_take_the_fast_split() -> None:
     assert first_entries.tolist() == [0, 2, 2, 3]
 
 
-@pytest.mark.parametrize("block", [
-    b"TAGS\x01a\x02\x01b\x02",  # empty name
-    b"TAGS\x01\x02",  # empty value
-    b"TAGS\x01a\x01b\x02",  # value holding \x01
-    b"TAGS\x01a",  # no closing \x02
-    b"\xff\x01x\x02",  # not UTF-8: Java replaces the bytes
-])
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"TAGS\x01a\x02\x01b\x02",  # empty name
+        b"TAGS\x01\x02",  # empty value
+        b"TAGS\x01a\x01b\x02",  # value holding \x01
+        b"TAGS\x01a",  # no closing \x02
+        b"\xff\x01x\x02",  # not UTF-8: Java replaces the bytes
+    ],
+)
 def test_other_property_shapes_follow_java_rules(block: bytes) -> None:
     pulls = [record(properties=block, queue_offset=1) + record(properties=b"K\x01v\x02", queue_offset=2)]
     assert bulk(pulls) == per_record(pulls)
@@ -138,8 +156,9 @@ def test_other_property_shapes_follow_java_rules(block: bytes) -> None:
 
 def test_a_later_duplicate_property_wins_but_a_message_keeps_its_own_id() -> None:
     """As a 4.9 or 5.3 broker stores a batch-sent message: its own properties, then the batch's."""
-    pulls = [record(properties=b"UNIQ_KEY\x01own\x02TAGS\x01t\x02WAIT\x01false\x02UNIQ_KEY\x01batch\x02"
-                               b"WAIT\x01true\x02")]
+    pulls = [
+        record(properties=b"UNIQ_KEY\x01own\x02TAGS\x01t\x02WAIT\x01false\x02UNIQ_KEY\x01batch\x02WAIT\x01true\x02")
+    ]
     decoded = bulk(pulls)
     assert decoded["properties"] == [{"UNIQ_KEY": "own", "TAGS": "t", "WAIT": "true"}]
     assert decoded["msg_id"] == ["own"]
@@ -154,14 +173,17 @@ def test_captured_pulls_decode_the_same(case: str) -> None:
         assert as_python(decode_bulk([pull], [starts])) == per_record([pull])
 
 
-@pytest.mark.parametrize("pull", [
-    record(magic=codes.MESSAGE_MAGIC_V2),
-    record(born_host=IPV6),
-    record(store_host=IPV6),
-    record(body=inner_message(0, b"a", b""), sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP),
-    record()[:-1],
-    record() + b"\x00",
-])
+@pytest.mark.parametrize(
+    "pull",
+    [
+        record(magic=codes.MESSAGE_MAGIC_V2),
+        record(born_host=IPV6),
+        record(store_host=IPV6),
+        record(body=inner_message(0, b"a", b""), sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP),
+        record()[:-1],
+        record() + b"\x00",
+    ],
+)
 def test_scan_leaves_other_records_to_the_per_record_decoder(pull: bytes) -> None:
     assert scan_records(pull) is None
 
@@ -175,6 +197,7 @@ def test_scan_finds_each_record() -> None:
 # --------------------------------------------------------------------------
 # BatchBuilder
 # --------------------------------------------------------------------------
+
 
 def pull(offsets: range, tag: str = "TagA", **fields: Any) -> bytes:
     return b"".join(
@@ -234,16 +257,29 @@ def test_builder_puts_the_rows_of_several_ranges_in_one_batch_each_trimmed_to_it
     builder.add_pull(0, pull(range(4, 6)), 4)
     batch = builder.flush()
     assert batch is not None
-    rows = list(zip(batch.column("brokerName").to_pylist(), batch.column("queueId").to_pylist(),
-                    batch.column("queueOffset").to_pylist()))
-    assert rows == [("broker-b", 7, 0), ("broker-b", 7, 1), ("broker-a", 0, 2), ("broker-a", 0, 3),
-                    ("broker-b", 7, 2), ("broker-a", 0, 4)]
+    rows = list(
+        zip(
+            batch.column("brokerName").to_pylist(),
+            batch.column("queueId").to_pylist(),
+            batch.column("queueOffset").to_pylist(),
+        )
+    )
+    assert rows == [
+        ("broker-b", 7, 0),
+        ("broker-b", 7, 1),
+        ("broker-a", 0, 2),
+        ("broker-a", 0, 3),
+        ("broker-b", 7, 2),
+        ("broker-a", 0, 4),
+    ]
 
 
 def test_bulk_bodies_are_decompressed() -> None:
     text = b"compress me " * 50
-    compressed = record(body=zlib.compress(text), sys_flag=codes.MSG_FLAG_COMPRESSED
-                        | codes.COMPRESSION_ZLIB << codes.MSG_COMPRESSION_TYPE_SHIFT)
+    compressed = record(
+        body=zlib.compress(text),
+        sys_flag=codes.MSG_FLAG_COMPRESSED | codes.COMPRESSION_ZLIB << codes.MSG_COMPRESSION_TYPE_SHIFT,
+    )
     assert bulk([compressed])["body"] == [text]
 
 

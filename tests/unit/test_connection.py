@@ -19,8 +19,8 @@ import pytest
 from rocketmq_spark.remoting import codes, connection
 from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S, Connection
-from rocketmq_spark.remoting.pool import ConnectionPool
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError
+from rocketmq_spark.remoting.pool import ConnectionPool
 
 # A handler sees each request and says what to send back: commands (answers, or requests of the
 # server's own), nothing (leave it unanswered), or CLOSE; commands then CLOSE close after sending.
@@ -108,7 +108,9 @@ def request(code: int = codes.RequestCode.GET_MAX_OFFSET, **fields: str) -> Remo
     return RemotingCommand.request(code, fields)
 
 
-def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+def test_answers_in_reverse_order_reach_their_own_requests(
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     def reverse_every_four(req: RemotingCommand, held: list[RemotingCommand]) -> list[RemotingCommand]:
         held.append(req)
         if len(held) < 4:
@@ -124,7 +126,8 @@ def test_answers_in_reverse_order_reach_their_own_requests(serve: Callable[[Hand
 
 
 def test_an_unanswered_request_times_out_and_a_connection_that_answers_others_stays_usable(
-        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     conn = connect(serve(lambda req, _: [] if req.ext_fields.get("ignore") else [answer(req)]), reader_thread)
     ignored = conn.submit(request(ignore="yes"), timeout=0.5)
     assert conn.request(request(), timeout=5.0).code == codes.ResponseCode.SUCCESS  # heard after it was sent
@@ -137,7 +140,8 @@ def test_an_unanswered_request_times_out_and_a_connection_that_answers_others_st
 
 
 def test_a_connection_silent_for_a_whole_timeout_is_closed_and_the_pool_opens_another(
-        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     """A connection that a firewall or NAT dropped without a word looks like this: every request
     would wait out its timeout on it, so it is closed and the next request goes on a new one."""
     silent = {"on": True}
@@ -152,7 +156,9 @@ def test_a_connection_silent_for_a_whole_timeout_is_closed_and_the_pool_opens_an
     pool.close()
 
 
-def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+def test_a_server_that_goes_away_fails_every_waiting_request(
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     def close_on_third(req: RemotingCommand, held: list[RemotingCommand]) -> object:
         held.append(req)
         return CLOSE if len(held) == 3 else []
@@ -168,7 +174,9 @@ def test_a_server_that_goes_away_fails_every_waiting_request(serve: Callable[[Ha
         conn.submit(request(), timeout=5.0)
 
 
-def test_the_pool_reconnects_after_a_failure_and_after_go_away(serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+def test_the_pool_reconnects_after_a_failure_and_after_go_away(
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     def script(req: RemotingCommand, _: list[RemotingCommand]) -> object:
         action = req.ext_fields.get("action")
         if action == "close":
@@ -205,7 +213,8 @@ def test_requests_from_the_server_are_ignored(serve: Callable[[Handler], Scripte
 
 
 def test_a_request_from_the_server_is_answered_by_the_handler_on_the_same_connection(
-        serve: Callable[[Handler], ScriptedServer]) -> None:
+    serve: Callable[[Handler], ScriptedServer],
+) -> None:
     """How a broker asks a registered group member for its running info: the handler's answer goes
     back with the request's opaque, marked as a response; a one-way notice gets no answer."""
     answers: list[RemotingCommand] = []
@@ -214,8 +223,9 @@ def test_a_request_from_the_server_is_answered_by_the_handler_on_the_same_connec
         if req.is_response:  # the client's answer to the server's request
             answers.append(req)
             return []
-        notice = RemotingCommand(code=codes.RequestCode.RESET_CONSUMER_CLIENT_OFFSET, opaque=900,
-                                 flag=codes.FLAG_ONEWAY)
+        notice = RemotingCommand(
+            code=codes.RequestCode.RESET_CONSUMER_CLIENT_OFFSET, opaque=900, flag=codes.FLAG_ONEWAY
+        )
         ask = RemotingCommand(code=codes.RequestCode.GET_CONSUMER_RUNNING_INFO, opaque=901)
         return [notice, ask, answer(req)]
 
@@ -254,9 +264,11 @@ def test_many_threads_share_one_connection(serve: Callable[[Handler], ScriptedSe
 
 
 def test_a_caller_reading_keeps_answers_to_requests_it_waits_for_later(
-        serve: Callable[[Handler], ScriptedServer]) -> None:
+    serve: Callable[[Handler], ScriptedServer],
+) -> None:
     """Reading for one request may receive others' answers; they wait in their pending entries,
     and the answer to a request nobody waits for does not get in the way."""
+
     def hold_the_first_three(req: RemotingCommand, held: list[RemotingCommand]) -> list[RemotingCommand]:
         held.append(req)
         if len(held) < 3:
@@ -296,7 +308,8 @@ def wait_until(condition: Callable[[], bool]) -> None:
 
 
 def test_a_connection_idle_past_the_limit_is_replaced_before_use(
-        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     """The server would close it about now (RocketMQ's do after 120 s): a request sent on it could
     be lost with everything else in flight, so the pool opens another first."""
     server = serve(lambda req, _: [answer(req)])
@@ -323,12 +336,14 @@ def test_a_connection_waiting_for_an_answer_is_not_idle(serve: Callable[[Handler
 
 
 def test_idle_connections_to_other_addresses_are_closed_when_one_is_asked_for(
-        serve: Callable[[Handler], ScriptedServer]) -> None:
+    serve: Callable[[Handler], ScriptedServer],
+) -> None:
     """A worker process keeps its pools between tasks: a broker it no longer reads from does not
     leave it a socket the broker has given up on."""
     first, second = serve(lambda req, _: [answer(req)]), serve(lambda req, _: [answer(req)])
-    pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False),
-                          sweep_every_s=0)
+    pool = ConnectionPool(
+        lambda address: Connection(address, connect_timeout=2.0, reader_thread=False), sweep_every_s=0
+    )
     stale = pool.get(first.address)
     pool.request(second.address, request(), 5.0)
     assert not stale.closed
@@ -339,7 +354,8 @@ def test_idle_connections_to_other_addresses_are_closed_when_one_is_asked_for(
 
 
 def test_a_connection_the_server_closed_is_noticed_before_a_request_is_sent_on_it(
-        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     """Without a reader thread nobody reads the close until the next request, which would be lost
     on the half-closed socket: the pool looks first, and the request goes on a new connection."""
     server = serve(lambda req, _: [answer(req), CLOSE] if req.ext_fields.get("last") else [answer(req)])
@@ -363,7 +379,8 @@ def test_unread_answers_are_not_taken_for_a_close(serve: Callable[[Handler], Scr
 
 
 def test_close_waits_for_a_stuck_reader_thread_for_a_bounded_time(
-        serve: Callable[[Handler], ScriptedServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    serve: Callable[[Handler], ScriptedServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Closing the socket ends the reader's receive; a reader stuck elsewhere does not hold up
     close(), which gives up on it after READER_JOIN_TIMEOUT_S (a daemon, it ends with the process)."""
     release = threading.Event()
@@ -384,7 +401,8 @@ NOT_SENT_S = 0.2
 
 
 def test_held_requests_go_out_at_release_and_each_gets_its_own_answer(
-        serve: Callable[[Handler], ScriptedServer], reader_thread: bool) -> None:
+    serve: Callable[[Handler], ScriptedServer], reader_thread: bool
+) -> None:
     """A task's pulls go out in one write: nothing before the release, every answer after it."""
     seen: list[str] = []
 
@@ -416,8 +434,11 @@ def test_a_pool_sends_together_on_every_connection_it_used(serve: Callable[[Hand
     first, second = serve(record), serve(record)
     pool = ConnectionPool(lambda address: Connection(address, connect_timeout=2.0, reader_thread=False))
     with pool.sending_together():
-        replies = [pool.submit(server.address, request(n=f"{name}{i}"), 5.0)
-                   for i in range(2) for name, server in (("a", first), ("b", second))]
+        replies = [
+            pool.submit(server.address, request(n=f"{name}{i}"), 5.0)
+            for i in range(2)
+            for name, server in (("a", first), ("b", second))
+        ]
         time.sleep(NOT_SENT_S)
         assert seen == []
     assert sorted(reply.result().ext_fields["n"] for reply in replies) == ["a0", "a1", "b0", "b1"]
@@ -426,7 +447,8 @@ def test_a_pool_sends_together_on_every_connection_it_used(serve: Callable[[Hand
 
 
 def test_held_requests_on_a_connection_that_failed_fail_instead_of_waiting(
-        serve: Callable[[Handler], ScriptedServer]) -> None:
+    serve: Callable[[Handler], ScriptedServer],
+) -> None:
     """A connection lost before its held requests went out fails them at once, like a send that
     failed: the caller's retry takes over, nobody waits for a timeout."""
     conn = connect(serve(lambda req, _: [answer(req)]), reader_thread=False)

@@ -56,8 +56,15 @@ class Clock:
 
 
 def stream_options() -> SourceOptions:
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "retryBudgetMs": str(int(BUDGET_S * 1000))}, kind=ReadKind.STREAM)
+    options = parse_options(
+        {
+            "nameServer": "127.0.0.1:9876",
+            "topic": ",".join(TOPICS),
+            "consumerGroup": "g",
+            "retryBudgetMs": str(int(BUDGET_S * 1000)),
+        },
+        kind=ReadKind.STREAM,
+    )
     return dataclasses.replace(options, retry=dataclasses.replace(options.retry, sleep=lambda _: None))
 
 
@@ -91,6 +98,9 @@ def test_the_query_fails_naming_the_brokers_when_none_answers_for_the_budget() -
     brokers.frozen.update(f"broker-{b}" for b in range(BROKERS))
     end = reader.latestOffset(end, ReadAllAvailable())  # within the budget: everything is held
     clock.now += BUDGET_S
-    with pytest.raises(BrokersUnreachableError, match=r"brokers broker-0, broker-1, broker-2, broker-3 are "
-                                                      r"registered .* have not answered for 30 s \(retryBudgetMs\)"):
+    with pytest.raises(
+        BrokersUnreachableError,
+        match=r"brokers broker-0, broker-1, broker-2, broker-3 are "
+        r"registered .* have not answered for 30 s \(retryBudgetMs\)",
+    ):
         reader.latestOffset(end, ReadAllAvailable())

@@ -10,12 +10,12 @@ from datetime import timedelta
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, decode_frame, encode_frame
-from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.records.walk import Message, decode_messages
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, decode_frame, encode_frame
+from rocketmq_spark.remoting.errors import ProtocolError
 from tests.records import COMPRESSORS, PROPERTY_BYTES, inner_message, properties_block, record
 
 FUZZ = settings(
@@ -93,9 +93,7 @@ def test_mutated_frames(command: RemotingCommand, kind: int, data: st.DataObject
 
 @FUZZ
 @given(commands(), SERIALIZE_TYPES, st.data())
-def test_round_trip_through_reader_at_any_split(
-    command: RemotingCommand, kind: int, data: st.DataObject
-) -> None:
+def test_round_trip_through_reader_at_any_split(command: RemotingCommand, kind: int, data: st.DataObject) -> None:
     stream = encode_frame(command, serialize_type=kind) * 2
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
     reader = FrameReader()
@@ -106,7 +104,10 @@ def test_round_trip_through_reader_at_any_split(
     assert len(received) == 2
     for decoded in received:
         assert (decoded.code, decoded.opaque, decoded.flag, decoded.version) == (
-            command.code, command.opaque, command.flag, command.version,
+            command.code,
+            command.opaque,
+            command.flag,
+            command.version,
         )
         assert decoded.remark == expected_remark
         assert decoded.ext_fields == command.ext_fields
@@ -130,9 +131,9 @@ def test_reader_on_random_chunks(chunks: list[bytes]) -> None:
 # Message records
 # --------------------------------------------------------------------------
 
-HOSTS = st.sampled_from(
-    [(bytes([10, 0, 0, 7]), 53412), (bytes(15) + b"\x01", 10911), (bytes([127, 0, 0, 1]), 0)]
-)
+HOSTS = st.sampled_from([(bytes([10, 0, 0, 7]), 53412), (bytes(15) + b"\x01", 10911), (bytes([127, 0, 0, 1]), 0)])
+
+
 @st.composite
 def record_bodies(draw: st.DrawFn) -> bytes:
     """A valid PULL body: plain, compressed and inner-batch records."""
@@ -146,9 +147,7 @@ def record_bodies(draw: st.DrawFn) -> bytes:
             payload = compress(payload)
             sys_flag = codes.MSG_FLAG_COMPRESSED | compression_type << codes.MSG_COMPRESSION_TYPE_SHIFT
         elif kind == "batch":
-            payload = b"".join(
-                inner_message(i, payload, properties_block({"UNIQ_KEY": f"u{i}"})) for i in range(3)
-            )
+            payload = b"".join(inner_message(i, payload, properties_block({"UNIQ_KEY": f"u{i}"})) for i in range(3))
             sys_flag = codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP
         parts.append(
             record(

@@ -36,8 +36,9 @@ GROUP_LOGGER = "rocketmq_spark.source.group"
 
 
 def options(**extra: str) -> SourceOptions:
-    return parse_options({"nameServer": "127.0.0.1:9876", "topic": "orders,refunds", "consumerGroup": "g", **extra},
-                         kind=ReadKind.STREAM)
+    return parse_options(
+        {"nameServer": "127.0.0.1:9876", "topic": "orders,refunds", "consumerGroup": "g", **extra}, kind=ReadKind.STREAM
+    )
 
 
 def watch(members: FakeMembers, interval_s: float = 3600.0, **extra: str) -> GroupWatch:
@@ -59,18 +60,37 @@ def wait_for(condition: object, what: str) -> None:
 
 
 def test_a_heartbeat_is_the_heartbeat_data_of_one_pulling_consumer() -> None:
-    body = json.loads(membership.heartbeat_body(
-        ME, "g", [Subscription("orders", "Aa || TagA", "TAG", frozenset({"Aa", "TagA"})),
-                  Subscription("refunds", "a > 5", "SQL92")],
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET", sub_version=SUB_VERSION))
+    body = json.loads(
+        membership.heartbeat_body(
+            ME,
+            "g",
+            [
+                Subscription("orders", "Aa || TagA", "TAG", frozenset({"Aa", "TagA"})),
+                Subscription("refunds", "a > 5", "SQL92"),
+            ],
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            sub_version=SUB_VERSION,
+        )
+    )
     assert body["clientID"] == ME and body["producerDataSet"] == []
     (consumer,) = body["consumerDataSet"]
     assert {k: v for k, v in consumer.items() if k != "subscriptionDataSet"} == {
-        "groupName": "g", "consumeType": "CONSUME_ACTIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False}
+        "groupName": "g",
+        "consumeType": "CONSUME_ACTIVELY",
+        "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "unitMode": False,
+    }
     tags, sql = consumer["subscriptionDataSet"]
-    assert tags == {"classFilterMode": False, "topic": "orders", "subString": "Aa || TagA", "tagsSet": ["Aa", "TagA"],
-                    "codeSet": [AA_HASH, TAG_A_HASH], "subVersion": SUB_VERSION, "expressionType": "TAG"}
+    assert tags == {
+        "classFilterMode": False,
+        "topic": "orders",
+        "subString": "Aa || TagA",
+        "tagsSet": ["Aa", "TagA"],
+        "codeSet": [AA_HASH, TAG_A_HASH],
+        "subVersion": SUB_VERSION,
+        "expressionType": "TAG",
+    }
     assert (sql["subString"], sql["expressionType"], sql["tagsSet"], sql["codeSet"]) == ("a > 5", "SQL92", [], [])
 
 
@@ -88,8 +108,11 @@ def test_the_member_list_reads_the_brokers_answers() -> None:
     assert call.read(listed, BROKERS[0]) == [PUSH, ME]
     none = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark="no consumer for this group, g")
     assert call.read(none, BROKERS[0]) == []
-    proxy_none = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark='Cannot invoke "org.apache.rocketmq.broker.client.'
-                                 'ConsumerGroupInfo.getAllClientId()" because "consumerGroupInfo" is null')
+    proxy_none = RemotingCommand(
+        ResponseCode.SYSTEM_ERROR,
+        remark='Cannot invoke "org.apache.rocketmq.broker.client.'
+        'ConsumerGroupInfo.getAllClientId()" because "consumerGroupInfo" is null',
+    )
     assert call.read(proxy_none, BROKERS[0]) == []
     with pytest.raises(BrokerResponseError, match="disk full"):
         call.read(RemotingCommand(ResponseCode.SYSTEM_ERROR, remark="disk full"), BROKERS[0])
@@ -114,7 +137,9 @@ def test_alone_in_its_group_the_stream_registers_on_every_broker() -> None:
         assert group.registered == set(BROKERS)
         assert all(members.listed(b) == {ME} for b in BROKERS)
         assert {s["topic"] for s in members.heartbeats[0]["consumerDataSet"][0]["subscriptionDataSet"]} == {
-            "orders", "refunds"}
+            "orders",
+            "refunds",
+        }
         group.round()  # its own id does not count as another member
         assert codes_sent(members).count(RequestCode.HEART_BEAT) == 2 * len(BROKERS)
     finally:
@@ -123,7 +148,8 @@ def test_alone_in_its_group_the_stream_registers_on_every_broker() -> None:
 
 
 def test_a_push_consumer_in_the_group_is_named_in_a_warning_and_the_stream_stays_out(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     members = FakeMembers(others={PUSH})
     group = watch(members)
     with caplog.at_level(logging.WARNING, GROUP_LOGGER):

@@ -94,7 +94,9 @@ def test_the_check_sees_imports_and_catches_an_upward_one(tmp_path: Path) -> Non
     (package / "__init__.py").write_text("")
     (package / "model.py").write_text("")
     (package / "source" / "reader.py").write_text(f"from {PACKAGE}.remoting import client\n")
-    (package / "remoting" / "client.py").write_text(f"from {PACKAGE}.model import Thing\nimport {PACKAGE}.source.reader\n")
+    (package / "remoting" / "client.py").write_text(
+        f"from {PACKAGE}.model import Thing\nimport {PACKAGE}.source.reader\n"
+    )
     assert refused_imports(package) == [f"{PACKAGE}.remoting.client -> {PACKAGE}.source.reader"]
 
 
@@ -107,13 +109,17 @@ def test_rooms_of_one_floor_may_not_import_from_each_other(tmp_path: Path) -> No
     (package / "__init__.py").write_text("")
     (package / "config" / "cluster.py").write_text("")
     (package / "source" / "options.py").write_text(f"from {PACKAGE}.config import cluster\n")
-    (package / "source" / "reader.py").write_text(f"from {PACKAGE}.source.options import Options\n"
-                                                  f"from {PACKAGE}.sink import writer\n")
-    (package / "sink" / "writer.py").write_text(f"from {PACKAGE}.config.cluster import NAME_SERVER\n"
-                                                f"import {PACKAGE}.source.options\n")
-    assert refused_imports(package) == [f"{PACKAGE}.sink.writer -> {PACKAGE}.source.options",
-                                        f"{PACKAGE}.source.reader -> {PACKAGE}.sink",
-                                        f"{PACKAGE}.source.reader -> {PACKAGE}.sink.writer"]
+    (package / "source" / "reader.py").write_text(
+        f"from {PACKAGE}.source.options import Options\nfrom {PACKAGE}.sink import writer\n"
+    )
+    (package / "sink" / "writer.py").write_text(
+        f"from {PACKAGE}.config.cluster import NAME_SERVER\nimport {PACKAGE}.source.options\n"
+    )
+    assert refused_imports(package) == [
+        f"{PACKAGE}.sink.writer -> {PACKAGE}.source.options",
+        f"{PACKAGE}.source.reader -> {PACKAGE}.sink",
+        f"{PACKAGE}.source.reader -> {PACKAGE}.sink.writer",
+    ]
 
 
 def long_functions(root: Path) -> dict[str, int]:

@@ -10,14 +10,14 @@ import lz4.frame
 import pytest
 import zstandard
 
-from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.errors import BodyTooLargeError, ProtocolError
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES
 from rocketmq_spark.records.decoder import decode_pulls
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.records.walk import Message, decode_messages
-from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.errors import BodyTooLargeError, ProtocolError
+from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from tests.records import (
     as_python,
@@ -63,9 +63,7 @@ def test_golden_v1_ipv4_record_from_hex_fixture() -> None:
 def test_fixture_matches_the_test_builder() -> None:
     built = record(
         body="héllo ✓".encode(),
-        properties=properties_block(
-            {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC11000100002A9F0000000000000001"}
-        ),
+        properties=properties_block({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC11000100002A9F0000000000000001"}),
         queue_id=3,
         reconsume_times=1,
     )
@@ -84,9 +82,7 @@ def test_v2_magic_reads_a_two_byte_topic_length() -> None:
 def test_ipv6_hosts_are_bracketed_and_widen_the_message_id() -> None:
     born_ip = bytes.fromhex("20010db8000000000000000000000001")
     store_ip = bytes(15) + b"\x01"
-    [message] = decode_messages(
-        record(born_host=(born_ip, 9876), store_host=(store_ip, 10911), commit_log_offset=7)
-    )
+    [message] = decode_messages(record(born_host=(born_ip, 9876), store_host=(store_ip, 10911), commit_log_offset=7))
     assert message.born_host == "[2001:db8::1]:9876"
     assert message.store_host == "[::1]:10911"
     assert message.sys_flag == codes.MSG_FLAG_BORNHOST_V6 | codes.MSG_FLAG_STOREHOST_V6
@@ -244,17 +240,27 @@ OPTION_BOUND_ERROR = BOUND_FACTS + r".*raise the maxBodyBytes"
 def compressed_as(compression_type: int, data: bytes, frames: int = 1) -> tuple[int, bytes]:
     """The sysFlag and body of a message whose body ``data`` is compressed, in ``frames`` frames."""
     step = -(-len(data) // frames)
-    parts = [data[i:i + step] for i in range(0, len(data), step)]
-    compress = {codes.COMPRESSION_ZLIB: lambda part: zlib.compress(part, 5), codes.COMPRESSION_LZ4: lz4.frame.compress,
-                codes.COMPRESSION_ZSTD: zstd_stream}[compression_type]
-    return (codes.MSG_FLAG_COMPRESSED | compression_type << codes.MSG_COMPRESSION_TYPE_SHIFT,
-            b"".join(map(compress, parts)))
+    parts = [data[i : i + step] for i in range(0, len(data), step)]
+    compress = {
+        codes.COMPRESSION_ZLIB: lambda part: zlib.compress(part, 5),
+        codes.COMPRESSION_LZ4: lz4.frame.compress,
+        codes.COMPRESSION_ZSTD: zstd_stream,
+    }[compression_type]
+    return (
+        codes.MSG_FLAG_COMPRESSED | compression_type << codes.MSG_COMPRESSION_TYPE_SHIFT,
+        b"".join(map(compress, parts)),
+    )
 
 
 ALL_COMPRESSIONS = pytest.mark.parametrize(
     ("compression_type", "frames"),
-    [(codes.COMPRESSION_ZLIB, 1), (codes.COMPRESSION_LZ4, 1), (codes.COMPRESSION_ZSTD, 1),
-     (codes.COMPRESSION_LZ4, 2), (codes.COMPRESSION_ZSTD, 2)],
+    [
+        (codes.COMPRESSION_ZLIB, 1),
+        (codes.COMPRESSION_LZ4, 1),
+        (codes.COMPRESSION_ZSTD, 1),
+        (codes.COMPRESSION_LZ4, 2),
+        (codes.COMPRESSION_ZSTD, 2),
+    ],
     ids=["zlib", "lz4", "zstd", "lz4-two-frames", "zstd-two-frames"],
 )
 
@@ -263,8 +269,9 @@ def bomb_body(compression_type: int, frames: int, magic: int = codes.MESSAGE_MAG
     """A pull body whose second message, TopicA queue 3 offset 77, decompresses past BOUND."""
     sys_flag, compressed = compressed_as(compression_type, BOMB, frames)
     assert len(compressed) < BOUND
-    return (record(queue_offset=76, queue_id=3, magic=magic)
-            + record(body=compressed, sys_flag=sys_flag, queue_offset=77, queue_id=3, magic=magic))
+    return record(queue_offset=76, queue_id=3, magic=magic) + record(
+        body=compressed, sys_flag=sys_flag, queue_offset=77, queue_id=3, magic=magic
+    )
 
 
 @ALL_COMPRESSIONS
@@ -280,8 +287,7 @@ def test_a_body_decompressing_past_the_bound_fails_naming_the_message(compressio
 
 @ALL_COMPRESSIONS
 @pytest.mark.parametrize("magic", [codes.MESSAGE_MAGIC_V1, codes.MESSAGE_MAGIC_V2], ids=["bulk", "per-record"])
-def test_the_rows_of_a_task_name_the_option_that_sets_the_bound(compression_type: int, frames: int,
-                                                                 magic: int) -> None:
+def test_the_rows_of_a_task_name_the_option_that_sets_the_bound(compression_type: int, frames: int, magic: int) -> None:
     """What a task fails with names the message and the option to raise, whichever decoder (the
     bulk one at the flush, the per-record one as the pull is added) meets the body."""
     builder = BatchBuilder([RowRange("TopicA", "broker-a", 3, 0, 100)], None, max_body_bytes=BOUND)
@@ -488,7 +494,7 @@ def test_columns_hold_the_same_values_as_messages() -> None:
         ("", 0),
         ("hello", 99162322),
         ("TagA", 2598919),  # ((84*31 + 97)*31 + 103)*31 + 65
-        ("\U0001F600", 1772899),  # surrogates D83D DE00: 55357*31 + 56832
+        ("\U0001f600", 1772899),  # surrogates D83D DE00: 55357*31 + 56832
         ("polygenelubricants", -(2**31)),  # wraps to Integer.MIN_VALUE
     ],
 )
@@ -512,9 +518,7 @@ def test_java_string_hash(text: str, expected: int) -> None:
         ("A|B", frozenset({"A|B"})),
     ],
 )
-def test_parse_tag_expression_mirrors_filter_api(
-    expression: str | None, expected: frozenset[str] | None
-) -> None:
+def test_parse_tag_expression_mirrors_filter_api(expression: str | None, expected: frozenset[str] | None) -> None:
     assert parse_tag_expression(expression) == expected
 
 

@@ -12,20 +12,21 @@ A0, A1, B0 = MessageQueue("t", "broker-a", 0), MessageQueue("t", "broker-a", 1),
 
 
 def test_every_queue_reads_from_its_start_to_its_max() -> None:
-    batch = next_batch({A0: 3, A1: 5}, {}, BrokerFacts({A0: 10, A1: 5}, {A0: 0}), max_rows=None,
-                       fail_on_data_loss=True)
+    batch = next_batch({A0: 3, A1: 5}, {}, BrokerFacts({A0: 10, A1: 5}, {A0: 0}), max_rows=None, fail_on_data_loss=True)
     assert (batch.starts, batch.ends, batch.first, batch.available) == ({A0: 3, A1: 5}, {A0: 10, A1: 5}, {}, 7)
 
 
 def test_a_queue_seen_for_the_first_time_starts_where_the_facts_say_and_is_reported() -> None:
-    batch = next_batch({A0: 3}, {}, BrokerFacts({A0: 3, B0: 20}, {B0: 0}, first={B0: 12}), max_rows=None,
-                       fail_on_data_loss=True)
+    batch = next_batch(
+        {A0: 3}, {}, BrokerFacts({A0: 3, B0: 20}, {B0: 0}, first={B0: 12}), max_rows=None, fail_on_data_loss=True
+    )
     assert batch.starts == {A0: 3, B0: 12} and batch.ends == {A0: 3, B0: 20} and batch.first == {B0: 12}
 
 
 def test_held_queues_keep_their_offsets_and_are_no_loss() -> None:
-    batch = next_batch({A0: 3, B0: 7}, {}, BrokerFacts({A0: 4}, {A0: 0}, held=frozenset({B0})), max_rows=None,
-                       fail_on_data_loss=True)
+    batch = next_batch(
+        {A0: 3, B0: 7}, {}, BrokerFacts({A0: 4}, {A0: 0}, held=frozenset({B0})), max_rows=None, fail_on_data_loss=True
+    )
     assert batch.ends == {A0: 4, B0: 7} and B0 not in batch.starts and batch.available == 1
 
 
@@ -49,8 +50,9 @@ def test_a_followed_reset_replaces_the_start() -> None:
 
 
 def test_max_rows_share_the_limit_by_backlog_but_availability_counts_everything() -> None:
-    batch = next_batch({A0: 0, A1: 0}, {}, BrokerFacts({A0: 30, A1: 10}, {A0: 0, A1: 0}), max_rows=8,
-                       fail_on_data_loss=True)
+    batch = next_batch(
+        {A0: 0, A1: 0}, {}, BrokerFacts({A0: 30, A1: 10}, {A0: 0, A1: 0}), max_rows=8, fail_on_data_loss=True
+    )
     assert batch.ends == {A0: 6, A1: 2} and batch.available == 40
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark.remoting.errors import ProtocolError
-from rocketmq_spark.source.offsets import from_spark, parse_offset_json, to_spark
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.remoting.route import parse_live_brokers, parse_route, quote_bare_int_keys
+from rocketmq_spark.source.offsets import from_spark, parse_offset_json, to_spark
 
 
 def test_offsets_round_trip_through_spark_json() -> None:
@@ -17,16 +17,27 @@ def test_offsets_round_trip_through_spark_json() -> None:
     assert from_spark(nested) == offsets
 
 
-@pytest.mark.parametrize("text", ['[1]', '{"t": 5}', '{"t": {"b": [1]}}', '{"t": {"b": {"x": 1}}}',
-                                  '{"t": {"b": {"0": "5"}}}', '{"t": {"b": {"0": true}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1]",
+        '{"t": 5}',
+        '{"t": {"b": [1]}}',
+        '{"t": {"b": {"x": 1}}}',
+        '{"t": {"b": {"0": "5"}}}',
+        '{"t": {"b": {"0": true}}}',
+    ],
+)
 def test_malformed_offsets_are_rejected(text: str) -> None:
     with pytest.raises(ValueError):
         parse_offset_json(text)
 
 
-ROUTE_4X = (b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},"brokerName":"b,1:x",'
-            b'"cluster":"c"}],"queueDatas":[{"brokerName":"b,1:x","perm":6,"readQueueNums":4,'
-            b'"topicSynFlag":0,"writeQueueNums":4}]}')
+ROUTE_4X = (
+    b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},"brokerName":"b,1:x",'
+    b'"cluster":"c"}],"queueDatas":[{"brokerName":"b,1:x","perm":6,"readQueueNums":4,'
+    b'"topicSynFlag":0,"writeQueueNums":4}]}'
+)
 
 
 def test_route_with_bare_integer_keys_and_old_field_names() -> None:
@@ -52,7 +63,9 @@ def test_broken_route_bodies_are_protocol_errors(body: bytes) -> None:
 
 
 def test_live_brokers_from_cluster_info_with_bare_keys() -> None:
-    body = (b'{"brokerAddrTable":{"broker-b":{"brokerAddrs":{0:"127.0.0.1:10921"},"brokerName":"broker-b"},'
-            b'"broker-s":{"brokerAddrs":{1:"127.0.0.1:10931"},"brokerName":"broker-s"}},'
-            b'"clusterAddrTable":{"DefaultCluster":["broker-b","broker-s"]}}')
+    body = (
+        b'{"brokerAddrTable":{"broker-b":{"brokerAddrs":{0:"127.0.0.1:10921"},"brokerName":"broker-b"},'
+        b'"broker-s":{"brokerAddrs":{1:"127.0.0.1:10931"},"brokerName":"broker-s"}},'
+        b'"clusterAddrTable":{"DefaultCluster":["broker-b","broker-s"]}}'
+    )
     assert parse_live_brokers(body) == frozenset({"broker-b"})  # a slave alone serves no pulls here

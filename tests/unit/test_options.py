@@ -12,7 +12,12 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import ClientConfig, MessageQueue, SettingNames
 from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
 from rocketmq_spark.source.options import (
-    ALL_OPTIONS, ConsumeFromWhere, OnOffsetReset, ReadKind, StartingMode, parse_options,
+    ALL_OPTIONS,
+    ConsumeFromWhere,
+    OnOffsetReset,
+    ReadKind,
+    StartingMode,
+    parse_options,
 )
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
@@ -59,9 +64,17 @@ def test_batch_defaults_start_at_earliest_and_need_no_group() -> None:
 
 
 def test_names_are_case_insensitive_and_values_parsed() -> None:
-    opts = stream(NAMESERVER="a:1;b:2", TOPIC=" x , y ,x", maxmessagespertrigger="100",
-                  MAXTRIGGERDELAY="30s", subexpression="TagA || TagB", pullbatchsize="64",
-                  consumefromwhere="consume_from_first_offset", failondataloss="FALSE", ONOFFSETRESET="Ignore")
+    opts = stream(
+        NAMESERVER="a:1;b:2",
+        TOPIC=" x , y ,x",
+        maxmessagespertrigger="100",
+        MAXTRIGGERDELAY="30s",
+        subexpression="TagA || TagB",
+        pullbatchsize="64",
+        consumefromwhere="consume_from_first_offset",
+        failondataloss="FALSE",
+        ONOFFSETRESET="Ignore",
+    )
     assert opts.client.name_servers == ("a:1", "b:2")
     assert opts.topics == ("x", "y")
     assert opts.max_messages_per_trigger == 100
@@ -84,8 +97,10 @@ def test_json_starting_offsets_and_namespace() -> None:
     assert opts.topics == ("ns%orders",)
     assert opts.consumer_group == "ns%g"
     assert opts.starting_mode is StartingMode.SPECIFIC
-    assert opts.starting_offsets == {MessageQueue("ns%orders", "broker-a", 0): 5,
-                                     MessageQueue("ns%orders", "broker-a", 3): 0}
+    assert opts.starting_offsets == {
+        MessageQueue("ns%orders", "broker-a", 0): 5,
+        MessageQueue("ns%orders", "broker-a", 3): 0,
+    }
     assert opts.display_topic("ns%orders") == "orders"
 
 
@@ -101,14 +116,22 @@ def test_json_starting_offsets_and_namespace() -> None:
         (STREAM, {**BASE, "startingOffsets": "{not json"}, "startingOffsets", "malformed"),
         (STREAM, {**BASE, "startingOffsets": '{"orders": {"broker-a": {"0": -1}}}'}, "startingOffsets", "malformed"),
         (STREAM, {**BASE, "startingOffsets": '{"other": {"broker-a": {"0": 1}}}'}, "startingOffsets", "other"),
-        (STREAM, {**BASE, "startingOffsets": '{"orders": {"b": {"0": 1}}}', "startingTimestamp": "1"},
-         "startingTimestamp", "cannot be combined"),
+        (
+            STREAM,
+            {**BASE, "startingOffsets": '{"orders": {"b": {"0": 1}}}', "startingTimestamp": "1"},
+            "startingTimestamp",
+            "cannot be combined",
+        ),
         (STREAM, {**BASE, "endingOffsets": "latest"}, "endingOffsets", "batch reads only"),
         (STREAM, {**BASE, "endingTimestamp": "1"}, "endingTimestamp", "batch reads only"),
         (BATCH, {**BASE, "endingOffsets": "earliest"}, "endingOffsets", "latest, JSON"),
         (STREAM, {**BASE, "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger", "positive whole number"),
-        (STREAM, {**BASE, "maxMessagesPerTrigger": "5", "minMessagesPerTrigger": "9"}, "minMessagesPerTrigger",
-         "exceeds"),
+        (
+            STREAM,
+            {**BASE, "maxMessagesPerTrigger": "5", "minMessagesPerTrigger": "9"},
+            "minMessagesPerTrigger",
+            "exceeds",
+        ),
         (STREAM, {**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "30s"),
         (STREAM, {**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss", "true, false"),
         (STREAM, {**BASE, "onOffsetReset": "replay"}, "onOffsetReset", "follow, ignore, fail"),
@@ -122,8 +145,9 @@ def test_json_starting_offsets_and_namespace() -> None:
         (STREAM, {**BASE, "expressionType": "SQL92"}, "subExpression", "SQL92 selector"),
     ],
 )
-def test_bad_input_names_the_option_and_the_fix(kind: ReadKind, options: dict[str, str], option: str,
-                                                hint: str) -> None:
+def test_bad_input_names_the_option_and_the_fix(
+    kind: ReadKind, options: dict[str, str], option: str, hint: str
+) -> None:
     with pytest.raises(ConfigurationError) as caught:
         parse_options(options, kind=kind, now_ms=NOW_MS)
     assert f"option '{option}'" in str(caught.value)
@@ -134,7 +158,8 @@ def test_bad_input_names_the_option_and_the_fix(kind: ReadKind, options: dict[st
 def test_the_source_takes_every_option_shared_with_writing() -> None:
     assert set(CLUSTER_OPTIONS) | {RETRY_BUDGET_MS} <= set(ALL_OPTIONS)
     assert stream(pullTimeoutMs="2500").client == ClientConfig(
-        ("127.0.0.1:9876",), request_timeout=2.5, setting_names=SettingNames("tlsTrustCertPath", "tlsVerify"))
+        ("127.0.0.1:9876",), request_timeout=2.5, setting_names=SettingNames("tlsTrustCertPath", "tlsVerify")
+    )
 
 
 def test_retry_budgets_for_a_running_query_and_for_its_start() -> None:
@@ -180,12 +205,16 @@ def test_a_stream_with_bad_options_fails_at_spark_s_first_call_with_our_error_al
     reader = RocketMQDataSource({"nameServer": "h:1", "topic": "t"}).streamReader(SCHEMA)
     refused = reader.source if isinstance(reader, PlainStreamReader) else reader
     assert isinstance(refused, RefusedStreamReader)
-    calls = [refused.initialOffset, refused.getDefaultReadLimit, refused.prepareForTriggerAvailableNow,
-             lambda: refused.latestOffset({}, ReadAllAvailable()), lambda: refused.commit({})]
+    calls = [
+        refused.initialOffset,
+        refused.getDefaultReadLimit,
+        refused.prepareForTriggerAvailableNow,
+        lambda: refused.latestOffset({}, ReadAllAvailable()),
+        lambda: refused.commit({}),
+    ]
     # And the first call of each API shape: initialOffset() on 4.2+, latestOffset() on 4.0/4.1.
     calls += [PlainStreamReader(refused).latestOffset, PlainStreamReader(refused).initialOffset]
     for call in calls:
         with pytest.raises(ConfigurationError, match="option 'consumerGroup': is required for streams"):
             call()
     reader.stop()
-

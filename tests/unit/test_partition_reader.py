@@ -21,17 +21,31 @@ import pytest
 from rocketmq_spark.model import EXPRESSION_SQL92, SUBSCRIBE_ALL, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
-from rocketmq_spark.remoting.errors import (BodyTooLargeError, BrokerResponseError, DataLossError,
-                                            OffsetNotServedError, ProtocolError, QueueNotReadableError)
+from rocketmq_spark.remoting.errors import (
+    BodyTooLargeError,
+    BrokerResponseError,
+    DataLossError,
+    OffsetNotServedError,
+    ProtocolError,
+    QueueNotReadableError,
+)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
-from rocketmq_spark.source.options import parse_tag_expression
+from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import (
-    PATIENT_WAIT_S, QUEUE, STALLED_WAIT_S, FakeClient, FakeQueue, HeldPulls, offsets, partition,
+    PATIENT_WAIT_S,
+    QUEUE,
+    STALLED_WAIT_S,
+    FakeClient,
+    FakeQueue,
+    HeldPulls,
+    offsets,
+    partition,
 )
 from tests.records import record
+
 
 @pytest.fixture
 def broker() -> list[FakeQueue]:
@@ -41,8 +55,9 @@ def broker() -> list[FakeQueue]:
 
 @pytest.mark.parametrize("cap", [1, 7, 32, 1000])
 @pytest.mark.parametrize("pull_batch_size", [1, 5, 32])
-def test_every_offset_once_in_order_with_pulls_in_flight(broker: list[FakeQueue], cap: int,
-                                                          pull_batch_size: int) -> None:
+def test_every_offset_once_in_order_with_pulls_in_flight(
+    broker: list[FakeQueue], cap: int, pull_batch_size: int
+) -> None:
     broker.append(FakeQueue(500, cap=cap))
     assert offsets(broker, partition(17, 403, pull_batch_size=pull_batch_size)) == list(range(17, 403))
     # Short answers were re-asked from where they stopped, and nothing was asked past the end.
@@ -64,8 +79,7 @@ def test_an_inner_batch_across_spans_is_not_repeated(broker: list[FakeQueue]) ->
 
 
 @pytest.mark.parametrize("expression", ["TagB", "TagA || TagB"])
-def test_a_tag_filter_pulls_one_at_a_time_from_where_the_broker_says(broker: list[FakeQueue],
-                                                                      expression: str) -> None:
+def test_a_tag_filter_pulls_one_at_a_time_from_where_the_broker_says(broker: list[FakeQueue], expression: str) -> None:
     tags = {o: "TagB" for o in range(0, 400, 7)}
     queue = FakeQueue(400, tags=tags, scan_limit=25)
     broker.append(queue)
@@ -86,8 +100,10 @@ def test_sql_filter_is_not_pulled_ahead(broker: list[FakeQueue]) -> None:
 
 def test_expired_offsets_fail_the_read_by_default(broker: list[FakeQueue]) -> None:
     broker.append(FakeQueue(300, min_offset=100))
-    with pytest.raises(DataLossError, match=re.escape(
-            "orders/broker-a/2: offsets [0, 100) were deleted or expired (the queue now starts at 100)")):
+    with pytest.raises(
+        DataLossError,
+        match=re.escape("orders/broker-a/2: offsets [0, 100) were deleted or expired (the queue now starts at 100)"),
+    ):
         offsets(broker, partition(0, 300))
 
 
@@ -98,8 +114,9 @@ def test_expired_offsets_are_skipped_when_allowed(broker: list[FakeQueue]) -> No
 
 @pytest.mark.parametrize("reset_to", [0, 25, 120, 300])
 @pytest.mark.parametrize("pull_batch_size", [1, 5, 32])
-def test_an_offset_moved_notice_inside_the_range_is_not_data_loss(broker: list[FakeQueue], reset_to: int,
-                                                                   pull_batch_size: int) -> None:
+def test_an_offset_moved_notice_inside_the_range_is_not_data_loss(
+    broker: list[FakeQueue], reset_to: int, pull_batch_size: int
+) -> None:
     """A 5.x broker answers the group's first pull after an operator's reset with OFFSET_MOVED and
     the reset offset (back, forward or at the end): the planned range is still there, read once."""
     queue = FakeQueue(300)
@@ -140,8 +157,10 @@ def test_a_pull_that_times_out_is_pulled_again(broker: list[FakeQueue]) -> None:
 
 
 # What a 5.3.3 broker answers a pull of a queue above a lowered readQueueNums.
-NOT_READABLE = BrokerResponseError(codes.ResponseCode.INVALID_PARAMETER,
-                                   "queueId[0] is illegal, topic:[t] topicConfig.readQueueNums:[0] consumer:[/127.0.0.1:1]")
+NOT_READABLE = BrokerResponseError(
+    codes.ResponseCode.INVALID_PARAMETER,
+    "queueId[0] is illegal, topic:[t] topicConfig.readQueueNums:[0] consumer:[/127.0.0.1:1]",
+)
 
 
 def test_a_queue_hidden_after_its_batch_was_planned_is_read_once_readable_again(broker: list[FakeQueue]) -> None:
@@ -158,8 +177,11 @@ def test_a_queue_that_stays_hidden_fails_the_read_saying_why(broker: list[FakeQu
     queue.failure = NOT_READABLE
     broker.append(queue)
     part = dataclasses.replace(partition(0, 100), retry=Retry(budget_s=0.2, first_backoff_s=0.01))
-    with pytest.raises(QueueNotReadableError, match=r"orders/broker-a/2 is not readable on its broker now \(queueId\[0\] "
-                                                    r"is illegal.*Make the queue readable again"):
+    with pytest.raises(
+        QueueNotReadableError,
+        match=r"orders/broker-a/2 is not readable on its broker now \(queueId\[0\] "
+        r"is illegal.*Make the queue readable again",
+    ):
         offsets(broker, part)
 
 
@@ -209,15 +231,22 @@ class Removing(FakeQueue):
         if offset in self.removing and (self.answers > 0 or self.then == "never"):
             self.active -= 1
             self.answers -= 1
-            result = PullResult(PullStatus.RETRY_IMMEDIATELY, self.removing.stop, self.min_offset, self.max_offset,
-                                b"", "MESSAGE_WAS_REMOVING")
+            result = PullResult(
+                PullStatus.RETRY_IMMEDIATELY,
+                self.removing.stop,
+                self.min_offset,
+                self.max_offset,
+                b"",
+                "MESSAGE_WAS_REMOVING",
+            )
             if self.answers == 0 and self.then != "served":
                 self.min_offset = self.removing.stop  # known from the next answer on
             return result
         if self.then == "expired-retry" and offset < self.min_offset:
             self.active -= 1
-            return PullResult(PullStatus.RETRY_IMMEDIATELY, self.min_offset, self.min_offset, self.max_offset, b"",
-                              "OFFSET_TOO_SMALL")
+            return PullResult(
+                PullStatus.RETRY_IMMEDIATELY, self.min_offset, self.min_offset, self.max_offset, b"", "OFFSET_TOO_SMALL"
+            )
         return super().answer(offset, *rest)
 
 
@@ -230,22 +259,27 @@ def test_a_retry_immediately_answer_is_pulled_again_not_skipped(broker: list[Fak
 
 @pytest.mark.parametrize("then", ["expired", "expired-retry"])
 def test_data_a_retry_immediately_answer_stands_for_is_lost_once_the_min_offset_passes_it(
-        broker: list[FakeQueue], then: str) -> None:
+    broker: list[FakeQueue], then: str
+) -> None:
     broker.append(Removing(100, range(40, 60), answers=2, then=then))
-    with pytest.raises(DataLossError, match=re.escape(
-            "orders/broker-a/2: offsets [40, 60) were deleted or expired (the queue now starts at 60)")):
+    with pytest.raises(
+        DataLossError,
+        match=re.escape("orders/broker-a/2: offsets [40, 60) were deleted or expired (the queue now starts at 60)"),
+    ):
         offsets(broker, partition(0, 100, pull_batch_size=10), PATIENT_WAIT_S)
 
 
 def test_data_a_retry_immediately_answer_stands_for_is_skipped_with_a_warning_when_allowed(
-        broker: list[FakeQueue], caplog: pytest.LogCaptureFixture) -> None:
+    broker: list[FakeQueue], caplog: pytest.LogCaptureFixture
+) -> None:
     broker.append(Removing(100, range(40, 60), answers=2, then="expired"))
     with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
         read = offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False), PATIENT_WAIT_S)
     assert read == list(range(40)) + list(range(60, 100))
     assert [r.getMessage() for r in caplog.records if r.name == "rocketmq_spark.source.planning"] == [
         "skipping data that is gone (failOnDataLoss=false): orders/broker-a/2: offsets [40, 60) were deleted or "
-        "expired (the queue now starts at 60)"]
+        "expired (the queue now starts at 60)"
+    ]
 
 
 def test_a_retry_immediately_answer_that_never_ends_fails_naming_the_offset(broker: list[FakeQueue]) -> None:
@@ -253,10 +287,14 @@ def test_a_retry_immediately_answer_that_never_ends_fails_naming_the_offset(brok
     than skip, and Spark's retry of the task asks again later."""
     queue = Removing(100, range(40, 60), answers=0, then="never")
     broker.append(queue)
-    with pytest.raises(OffsetNotServedError, match=re.escape(
+    with pytest.raises(
+        OffsetNotServedError,
+        match=re.escape(
             "orders/broker-a/2: the broker does not serve offset 40 nor says it is gone: it answered "
             "RETRY_IMMEDIATELY (MESSAGE_WAS_REMOVING) with next begin offset 60, the queue holding [0, 100) to it "
-            f"for {STALLED_WAIT_S:g} s")):
+            f"for {STALLED_WAIT_S:g} s"
+        ),
+    ):
         offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False))
     assert 1 < queue.pulled_at(40) < 10  # pulled again a few times, with backoff
 
@@ -290,15 +328,20 @@ def test_a_hole_in_the_queues_index_is_data_loss_not_an_endless_loop(broker: lis
     queue = FakeQueue(300, hole=range(120, 150))
     broker.append(queue)
     started = time.monotonic()
-    with pytest.raises(DataLossError, match=re.escape(
+    with pytest.raises(
+        DataLossError,
+        match=re.escape(
             "orders/broker-a/2: offsets [120, 150) are missing from the queue's index (a hole below its max 300): "
-            "the broker answers that it has no message there")):
+            "the broker answers that it has no message there"
+        ),
+    ):
         offsets(broker, partition(100, 200))
     assert time.monotonic() - started < 1 and 1 < queue.pulled_at(120) < 10  # a bounded wait
 
 
-def test_a_hole_is_skipped_with_a_warning_when_allowed(broker: list[FakeQueue],
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_hole_is_skipped_with_a_warning_when_allowed(
+    broker: list[FakeQueue], caplog: pytest.LogCaptureFixture
+) -> None:
     broker.append(FakeQueue(300, hole=range(120, 150)))
     with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
         read = offsets(broker, partition(100, 200, fail_on_data_loss=False))
@@ -315,9 +358,13 @@ def test_a_hole_the_broker_does_not_say_the_end_of_fails_the_read(broker: list[F
             return dataclasses.replace(result, next_begin_offset=offset) if offset == 120 else result
 
     broker.append(Uncorrected(300, hole=range(120, 150)))
-    with pytest.raises(OffsetNotServedError, match=re.escape(
+    with pytest.raises(
+        OffsetNotServedError,
+        match=re.escape(
             "orders/broker-a/2: the broker has no message at offset 120, below its max 300, and does not say where "
-            "the queue goes on: it answered NO_NEW_MSG (OFFSET_FOUND_NULL) with next begin offset 120")):
+            "the queue goes on: it answered NO_NEW_MSG (OFFSET_FOUND_NULL) with next begin offset 120"
+        ),
+    ):
         offsets(broker, partition(100, 200, fail_on_data_loss=False))
 
 
@@ -342,7 +389,9 @@ class Stuck(FakeQueue):
 def test_an_answer_that_does_not_move_on_is_pulled_again(broker: list[FakeQueue], expression: str) -> None:
     queue = Stuck(100, at=30, answers=2)
     broker.append(queue)
-    assert offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression), PATIENT_WAIT_S) == list(range(100))
+    assert offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression), PATIENT_WAIT_S) == list(
+        range(100)
+    )
     assert queue.pulled_at(30) == 3
 
 
@@ -356,14 +405,20 @@ def test_spans_after_a_stalled_span_keep_their_bounds(broker: list[FakeQueue]) -
     assert all(offset % 10 == 0 or (offset + count) % 10 == 0 for offset, count in queue.pulls)
 
 
-@pytest.mark.parametrize(("expression", "status"), [(SUBSCRIBE_ALL, "FOUND (FOUND)"),
-                                                    ("TagB", "NO_MATCHED_MSG (NO_MATCHED_MESSAGE)")])
-def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(broker: list[FakeQueue], expression: str,
-                                                                         status: str) -> None:
+@pytest.mark.parametrize(
+    ("expression", "status"), [(SUBSCRIBE_ALL, "FOUND (FOUND)"), ("TagB", "NO_MATCHED_MSG (NO_MATCHED_MESSAGE)")]
+)
+def test_an_answer_that_never_moves_on_fails_the_read_not_skips_an_offset(
+    broker: list[FakeQueue], expression: str, status: str
+) -> None:
     broker.append(Stuck(100, at=30, answers=-1, tags={o: "TagB" for o in range(0, 30, 3)}, scan_limit=10))
-    with pytest.raises(OffsetNotServedError, match=re.escape(
+    with pytest.raises(
+        OffsetNotServedError,
+        match=re.escape(
             f"orders/broker-a/2: the broker does not serve offset 30 nor says it is gone: it answered {status} with "
-            "next begin offset 30, the queue holding [0, 100)")):
+            "next begin offset 30, the queue holding [0, 100)"
+        ),
+    ):
         offsets(broker, partition(0, 100, pull_batch_size=10, expression=expression, fail_on_data_loss=False))
 
 
@@ -373,21 +428,30 @@ def failing_pulls(max_offset: int) -> FakeQueue:
     return queue
 
 
-@pytest.mark.parametrize(("make", "pulled_again"), [
-    (lambda m: FakeQueue(m, cap=7), lambda q: (7, 3) in q.pulls),  # the rest of [0, 10) after 7 messages
-    (lambda m: Stuck(m, at=30, answers=2), lambda q: q.pulled_at(30) == 3),  # a stalled span, twice again
-    (failing_pulls, lambda q: not q.failures and len(q.pulls) > 10),  # failed pulls, retried
-], ids=["short-answer-rest", "stalled-span", "failed-pull"])
-def test_pulls_made_after_an_answer_leave_in_a_batched_write(broker: list[FakeQueue],
-                                                            make: Callable[[int], FakeQueue],
-                                                            pulled_again: Callable[[FakeQueue], bool]) -> None:
+@pytest.mark.parametrize(
+    ("make", "pulled_again"),
+    [
+        (lambda m: FakeQueue(m, cap=7), lambda q: (7, 3) in q.pulls),  # the rest of [0, 10) after 7 messages
+        (lambda m: Stuck(m, at=30, answers=2), lambda q: q.pulled_at(30) == 3),  # a stalled span, twice again
+        (failing_pulls, lambda q: not q.failures and len(q.pulls) > 10),  # failed pulls, retried
+    ],
+    ids=["short-answer-rest", "stalled-span", "failed-pull"],
+)
+def test_pulls_made_after_an_answer_leave_in_a_batched_write(
+    broker: list[FakeQueue], make: Callable[[int], FakeQueue], pulled_again: Callable[[FakeQueue], bool]
+) -> None:
     """A short answer's rest, a stalled span's pulls again and a failed pull's retry go out inside
     ``pulls_together``, as a round's new spans do: never a write of their own."""
     queue = make(100)
     broker.append(queue)
     client = FakeClient(broker)
-    batches = list(read_partition(partition(0, 100, pull_batch_size=10), client,  # type: ignore[arg-type]
-                                  stalled_wait_s=PATIENT_WAIT_S))
+    batches = list(
+        read_partition(
+            partition(0, 100, pull_batch_size=10),
+            client,  # type: ignore[arg-type]
+            stalled_wait_s=PATIENT_WAIT_S,
+        )
+    )
     assert [o for b in batches for o in b.column("queueOffset").to_pylist()] == list(range(100))
     assert pulled_again(queue)
     assert client.unbatched == []
@@ -403,8 +467,13 @@ def test_a_body_decompressing_past_max_body_bytes_fails_the_read(broker: list[Fa
             if offset != 7:
                 return super().encode(offset)
             sys_flag = codes.MSG_FLAG_COMPRESSED | codes.COMPRESSION_ZLIB << codes.MSG_COMPRESSION_TYPE_SHIFT
-            return record(queue_offset=offset, queue_id=QUEUE.queue_id, topic=QUEUE.topic.encode(),
-                          body=zlib.compress(bytes(64 * 1024)), sys_flag=sys_flag)
+            return record(
+                queue_offset=offset,
+                queue_id=QUEUE.queue_id,
+                topic=QUEUE.topic.encode(),
+                body=zlib.compress(bytes(64 * 1024)),
+                sys_flag=sys_flag,
+            )
 
     broker.append(Bomb(10))
     assert offsets(broker, partition(0, 7, max_body_bytes=bound)) == list(range(7))
@@ -480,8 +549,10 @@ def test_memory_stays_bounded_however_many_ranges_a_task_reads() -> None:
 
 
 def test_data_loss_in_one_range_leaves_the_others_whole() -> None:
-    queues = {MessageQueue("orders", "broker-a", 0): FakeQueue(100, min_offset=60),
-              MessageQueue("orders", "broker-a", 1): FakeQueue(100)}
+    queues = {
+        MessageQueue("orders", "broker-a", 0): FakeQueue(100, min_offset=60),
+        MessageQueue("orders", "broker-a", 1): FakeQueue(100),
+    }
     part = multi([(q, 0, 100) for q in queues], fail_on_data_loss=False)
     batches = list(read_partition(part, QueuesClient(queues), stalled_wait_s=STALLED_WAIT_S))  # type: ignore[arg-type]
     assert rows_by_queue(batches) == {0: list(range(60, 100)), 1: list(range(100))}

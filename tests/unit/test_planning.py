@@ -8,12 +8,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.planning import (
-    PARTITION_COST, RANGE_COST, DataLoss, QueueRange, backlog, on_data_loss, pack, plan, plan_ranges, rate_limit,
-    reconcile, split_ranges,
+    PARTITION_COST,
+    RANGE_COST,
+    DataLoss,
+    QueueRange,
+    backlog,
+    on_data_loss,
+    pack,
+    plan,
+    plan_ranges,
+    rate_limit,
+    reconcile,
+    split_ranges,
 )
-from rocketmq_spark.model import MessageQueue
 
 A0, A1, B0 = (MessageQueue("t", "broker-a", 0), MessageQueue("t", "broker-a", 1), MessageQueue("t", "broker-b", 0))
 
@@ -30,8 +40,7 @@ def test_rate_limit_reads_everything_when_under_the_limit() -> None:
     assert rate_limit({A0: 5}, {A0: 9}, 100) == {A0: 9}
 
 
-@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=12),
-       st.integers(1, 5000))
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=12), st.integers(1, 5000))
 def test_rate_limit_never_exceeds_and_never_overshoots(pairs: list[tuple[int, int]], limit: int) -> None:
     queues = [MessageQueue("t", "b", i) for i in range(len(pairs))]
     start = {q: s for q, (s, _) in zip(queues, pairs)}
@@ -125,8 +134,11 @@ def test_packing_keeps_min_partitions_and_max_messages_per_partition() -> None:
     assert all(sum(r.size for r in group) <= 25 for group in bounded)
 
 
-@given(st.lists(st.integers(1, 3 * PARTITION_COST), min_size=1, max_size=60), st.integers(1, 80),
-       st.none() | st.integers(1, 2 * PARTITION_COST))
+@given(
+    st.lists(st.integers(1, 3 * PARTITION_COST), min_size=1, max_size=60),
+    st.integers(1, 80),
+    st.none() | st.integers(1, 2 * PARTITION_COST),
+)
 def test_packing_covers_each_piece_once_in_order(sizes: list[int], min_parts: int, max_messages: int | None) -> None:
     pieces = [QueueRange(MessageQueue("t", "b", i), 0, size) for i, size in enumerate(sizes)]
     groups = pack(pieces, min_partitions=min_parts, max_messages=max_messages)
@@ -148,4 +160,8 @@ def test_pieces_of_a_split_queue_never_share_past_max_messages_per_partition() -
     groups = plan(dict.fromkeys(ends, 0), ends, min_partitions=None, max_per_partition=1000)
     assert all(sum(r.size for r in group) <= 1000 for group in groups)
     assert sorted(r for group in groups for r in group if r.queue == A0) == [
-        QueueRange(A0, 0, 752), QueueRange(A0, 752, 1503), QueueRange(A0, 1503, 2254), QueueRange(A0, 2254, 3005)]
+        QueueRange(A0, 0, 752),
+        QueueRange(A0, 752, 1503),
+        QueueRange(A0, 1503, 2254),
+        QueueRange(A0, 2254, 3005),
+    ]

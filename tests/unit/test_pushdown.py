@@ -16,7 +16,12 @@ from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.pushdown import Pushed, micros, push
 from rocketmq_spark.source.spark_api import (
-    EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
 )
 from tests.fakes import FakeOffsets
 from tests.support import A0, A1, B0, TOPIC, options, ranges
@@ -34,7 +39,9 @@ def pushing(fake: FakeOffsets, filters: list[Any], **extra: str) -> tuple[Pushin
     return reader, back
 
 
-def planned(fake: FakeOffsets, filters: list[Any], **extra: str) -> tuple[list[tuple[MessageQueue, int, int]], list[Any]]:
+def planned(
+    fake: FakeOffsets, filters: list[Any], **extra: str
+) -> tuple[list[tuple[MessageQueue, int, int]], list[Any]]:
     reader, back = pushing(fake, filters, **extra)
     return ranges(reader.partitions()), back
 
@@ -61,20 +68,25 @@ def test_broker_and_queue_equality_and_in_prune_queues_and_are_pushed() -> None:
     filters = [EqualTo(col("brokerName"), "broker-a"), In(col("queueId"), (1, 2, None))]
     assert planned(fake, filters) == ([(A1, 0, 5)], [])
     assert planned(fake, [In(col("brokerName"), ("broker-a", "broker-b")), EqualTo(col("queueId"), 0)]) == (
-        [(A0, 0, 10), (B0, 0, 7)], [])
+        [(A0, 0, 10), (B0, 0, 7)],
+        [],
+    )
     # Not strings / ints: left to Spark.
     odd = EqualTo(col("queueId"), True)
     assert planned(fake, [odd]) == ([(A0, 0, 10), (A1, 0, 5), (B0, 0, 7)], [odd])
 
 
-@pytest.mark.parametrize("make, expected", [
-    (lambda: GreaterThanOrEqual(col("queueOffset"), 3), [(A0, 3, 10), (B0, 3, 7)]),
-    (lambda: GreaterThan(col("queueOffset"), 3), [(A0, 4, 10), (B0, 4, 7)]),
-    (lambda: LessThan(col("queueOffset"), 3), [(A0, 0, 3), (B0, 0, 3)]),
-    (lambda: LessThanOrEqual(col("queueOffset"), 3), [(A0, 0, 4), (B0, 0, 4)]),
-    (lambda: EqualTo(col("queueOffset"), 8), [(A0, 8, 9)]),
-    (lambda: GreaterThan(col("queueOffset"), 99), []),
-])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda: GreaterThanOrEqual(col("queueOffset"), 3), [(A0, 3, 10), (B0, 3, 7)]),
+        (lambda: GreaterThan(col("queueOffset"), 3), [(A0, 4, 10), (B0, 4, 7)]),
+        (lambda: LessThan(col("queueOffset"), 3), [(A0, 0, 3), (B0, 0, 3)]),
+        (lambda: LessThanOrEqual(col("queueOffset"), 3), [(A0, 0, 4), (B0, 0, 4)]),
+        (lambda: EqualTo(col("queueOffset"), 8), [(A0, 8, 9)]),
+        (lambda: GreaterThan(col("queueOffset"), 99), []),
+    ],
+)
 def test_queue_offset_comparisons_cut_every_range_exactly_and_are_pushed(make: Any, expected: list) -> None:
     fake = FakeOffsets({A0: (0, 10), B0: (0, 7)})
     assert planned(fake, [make()]) == (expected, [])
@@ -88,8 +100,9 @@ def test_queue_offset_in_narrows_but_goes_back_to_spark() -> None:
 
 def test_pushed_offsets_apply_after_the_options_own_window() -> None:
     fake = FakeOffsets({A0: (0, 10)})
-    found, back = planned(fake, [GreaterThanOrEqual(col("queueOffset"), 2)],
-                          startingOffsets='{"orders": {"broker-a": {"0": 4}}}')
+    found, back = planned(
+        fake, [GreaterThanOrEqual(col("queueOffset"), 2)], startingOffsets='{"orders": {"broker-a": {"0": 4}}}'
+    )
     assert (found, back) == ([(A0, 4, 10)], [])
 
 
@@ -100,24 +113,28 @@ def at(ms: int, extra_us: int = 0) -> datetime:
 STORE_TIMES = {A0: [100, 200, 200, 300, 400], B0: [150, 350]}
 
 
-@pytest.mark.parametrize("make, expected", [
-    # >= t: stored at or after t.
-    (lambda: GreaterThanOrEqual(col("storeTimestamp"), at(200)), [(A0, 1, 5), (B0, 1, 2)]),
-    # A time between two milliseconds: >= rounds up.
-    (lambda: GreaterThanOrEqual(col("storeTimestamp"), at(199, 1)), [(A0, 1, 5), (B0, 1, 2)]),
-    # > t: strictly after, so the messages of t itself are not read.
-    (lambda: GreaterThan(col("storeTimestamp"), at(200)), [(A0, 3, 5), (B0, 1, 2)]),
-    (lambda: GreaterThan(col("storeTimestamp"), at(199, 999)), [(A0, 1, 5), (B0, 1, 2)]),
-    # < t: stored before t.
-    (lambda: LessThan(col("storeTimestamp"), at(300)), [(A0, 0, 3), (B0, 0, 1)]),
-    (lambda: LessThan(col("storeTimestamp"), at(300, 1)), [(A0, 0, 4), (B0, 0, 1)]),
-    # <= t: t itself included.
-    (lambda: LessThanOrEqual(col("storeTimestamp"), at(300)), [(A0, 0, 4), (B0, 0, 1)]),
-    (lambda: LessThanOrEqual(col("storeTimestamp"), at(299, 999)), [(A0, 0, 3), (B0, 0, 1)]),
-    (lambda: EqualTo(col("storeTimestamp"), at(200)), [(A0, 1, 3)]),
-])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        # >= t: stored at or after t.
+        (lambda: GreaterThanOrEqual(col("storeTimestamp"), at(200)), [(A0, 1, 5), (B0, 1, 2)]),
+        # A time between two milliseconds: >= rounds up.
+        (lambda: GreaterThanOrEqual(col("storeTimestamp"), at(199, 1)), [(A0, 1, 5), (B0, 1, 2)]),
+        # > t: strictly after, so the messages of t itself are not read.
+        (lambda: GreaterThan(col("storeTimestamp"), at(200)), [(A0, 3, 5), (B0, 1, 2)]),
+        (lambda: GreaterThan(col("storeTimestamp"), at(199, 999)), [(A0, 1, 5), (B0, 1, 2)]),
+        # < t: stored before t.
+        (lambda: LessThan(col("storeTimestamp"), at(300)), [(A0, 0, 3), (B0, 0, 1)]),
+        (lambda: LessThan(col("storeTimestamp"), at(300, 1)), [(A0, 0, 4), (B0, 0, 1)]),
+        # <= t: t itself included.
+        (lambda: LessThanOrEqual(col("storeTimestamp"), at(300)), [(A0, 0, 4), (B0, 0, 1)]),
+        (lambda: LessThanOrEqual(col("storeTimestamp"), at(299, 999)), [(A0, 0, 3), (B0, 0, 1)]),
+        (lambda: EqualTo(col("storeTimestamp"), at(200)), [(A0, 1, 3)]),
+    ],
+)
 def test_store_time_comparisons_narrow_as_the_timestamp_options_do_and_spark_checks_again(
-        make: Any, expected: list) -> None:
+    make: Any, expected: list
+) -> None:
     fake = FakeOffsets({A0: (0, 5), B0: (0, 2)}, times=STORE_TIMES)
     f = make()
     assert planned(fake, [f]) == (expected, [f])

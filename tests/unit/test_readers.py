@@ -22,7 +22,6 @@ from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadM
 from tests.fakes import FakeOffsets
 from tests.support import A0, A1, B0, TOPIC, options, ranges, spark, stream
 
-
 # ----------------------------------------------------------------- initialOffset
 
 
@@ -51,8 +50,9 @@ def test_json_starting_offsets_past_a_queues_end_fail_at_the_start_naming_the_en
     """A start past the end is a mistake in the option, not a queue that went backwards."""
     fake = FakeOffsets({A0: (0, 10), B0: (0, 5)})
     reader = stream(fake, startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 10}, "broker-b": {"0": 6}}}))
-    with pytest.raises(ConfigurationError, match=r"startingOffsets.*broker-b/0: 6 is beyond the queue's end \(max 5\)"
-                       ) as raised:
+    with pytest.raises(
+        ConfigurationError, match=r"startingOffsets.*broker-b/0: 6 is beyond the queue's end \(max 5\)"
+    ) as raised:
         reader.initialOffset()
     assert "broker-a" not in str(raised.value) and "went backwards" not in str(raised.value)
 
@@ -225,8 +225,13 @@ def test_partitions_carry_what_a_task_needs() -> None:
     fake.ranges = {MessageQueue("ns%" + TOPIC, "broker-a", 0): (0, 10)}
     [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
     assert isinstance(part, RocketMQPartition)
-    assert (part.display_topic(part.ranges[0].queue.topic), part.group, part.tag_filter, part.pull_batch_size,
-            part.max_body_bytes) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
+    assert (
+        part.display_topic(part.ranges[0].queue.topic),
+        part.group,
+        part.tag_filter,
+        part.pull_batch_size,
+        part.max_body_bytes,
+    ) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
 
 
 # ------------------------------------------------------------------------- batch
@@ -250,8 +255,11 @@ def test_a_batch_reads_a_time_window() -> None:
 
 def test_a_batch_reads_json_offsets_and_rejects_unknown_queues() -> None:
     fake = FakeOffsets({A0: (0, 10), B0: (0, 10)})
-    window = batch(fake, startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 2}, "broker-b": {"0": 5}}}),
-                   endingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 4}}}))
+    window = batch(
+        fake,
+        startingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 2}, "broker-b": {"0": 5}}}),
+        endingOffsets=json.dumps({TOPIC: {"broker-a": {"0": 4}}}),
+    )
     assert window == [(A0, 2, 4), (B0, 5, 10)]
     with pytest.raises(ConfigurationError, match="endingOffsets"):
         batch(fake, endingOffsets=json.dumps({TOPIC: {"broker-c": {"0": 4}}}))
@@ -259,8 +267,10 @@ def test_a_batch_reads_json_offsets_and_rejects_unknown_queues() -> None:
 
 def test_a_batch_from_the_group_applies_the_start_rules() -> None:
     fake = FakeOffsets({A0: (0, 10), B0: (0, 10)}, stored={A0: 6})
-    assert batch(fake, consumerGroup="g", startingOffsets="group",
-                 consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == [(A0, 6, 10), (B0, 0, 10)]
+    assert batch(fake, consumerGroup="g", startingOffsets="group", consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == [
+        (A0, 6, 10),
+        (B0, 0, 10),
+    ]
     assert fake.commits == []  # batch reads never commit
     with pytest.raises(ConfigurationError, match="consumerGroup"):
         batch(fake, startingOffsets="group")
@@ -281,7 +291,9 @@ def test_a_batch_fails_at_planning_on_json_offsets_past_a_queues_end() -> None:
     past = json.dumps({TOPIC: {"broker-a": {"0": 11}, "broker-b": {"0": 0}}})
     for name in ("startingOffsets", "endingOffsets"):
         for fail_on_data_loss in ("true", "false"):
-            with pytest.raises(ConfigurationError, match=name + r".*broker-a/0: 11 is beyond the queue's end \(max 10\)"):
+            with pytest.raises(
+                ConfigurationError, match=name + r".*broker-a/0: 11 is beyond the queue's end \(max 10\)"
+            ):
                 batch(fake, failOnDataLoss=fail_on_data_loss, **{name: past})
     at_end = json.dumps({TOPIC: {"broker-a": {"0": 10}, "broker-b": {"0": 0}}})
     assert batch(fake, startingOffsets=at_end) == [(B0, 0, 10)]

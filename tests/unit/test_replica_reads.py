@@ -124,8 +124,7 @@ def test_a_slave_behind_the_planned_offsets_is_waited_for_never_data_loss(fail_o
     client = Replicas({0: MASTER, SLAVE_ID: SLAVE}, {MASTER: END, SLAVE: 60})
     client.after(1, {SLAVE_ID: SLAVE}, {MASTER})
     client.after(20, {0: MASTER, SLAVE_ID: SLAVE}, set())
-    part = dataclasses.replace(partition(0, END, pull_batch_size=10, fail_on_data_loss=fail_on_data_loss),
-                               retry=QUICK)
+    part = dataclasses.replace(partition(0, END, pull_batch_size=10, fail_on_data_loss=fail_on_data_loss), retry=QUICK)
     assert read(client, part) == list(range(END))
     assert client.sent_to[-1] == MASTER
 

@@ -9,7 +9,12 @@ import pytest
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, NoReplicaError
 from rocketmq_spark.remoting.replicas import (
-    MIN_ROUTE_REFRESH_S, PASSED_OVER_S, ROUTE_REFRESH_S, Replicas, read_order, rejected,
+    MIN_ROUTE_REFRESH_S,
+    PASSED_OVER_S,
+    ROUTE_REFRESH_S,
+    Replicas,
+    read_order,
+    rejected,
 )
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 
@@ -56,7 +61,9 @@ def test_a_slave_is_read_while_no_master_is_listed_and_nothing_is_written_there(
 
 
 def test_a_slave_that_refuses_is_passed_over_for_another_replica() -> None:
-    refusal = BrokerResponseError(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
+    refusal = BrokerResponseError(
+        ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while"
+    )
     busy = BrokerResponseError(ResponseCode.SYSTEM_BUSY, "[PCBUSY_CLEAN_QUEUE]broker busy")
     assert rejected(refusal) and refusal.retriable
     assert not rejected(busy)  # flow control: the same broker, after a pause

@@ -25,8 +25,15 @@ from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3
 
 def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]:
     """A stream of both topics after its first trigger and commit: the next trigger is idle."""
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, kind=ReadKind.STREAM)
+    options = parse_options(
+        {
+            "nameServer": "127.0.0.1:9876",
+            "topic": ",".join(TOPICS),
+            "consumerGroup": "g",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        },
+        kind=ReadKind.STREAM,
+    )
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     reader.commit(end)
@@ -98,7 +105,7 @@ def test_idle_triggers_look_for_resets_once_a_second_and_a_trigger_that_stores_a
     reader.latestOffset(later, ReadAllAvailable())  # the batch ran: its end is stored now
     sent = brokers.sent[before:]
     assert sent[:per_topic] == compared
-    assert sent[per_topic:per_topic + len(brokers.max)] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
+    assert sent[per_topic : per_topic + len(brokers.max)] == [RequestCode.UPDATE_CONSUMER_OFFSET] * len(brokers.max)
 
 
 def test_a_commit_is_one_round_of_requests() -> None:
@@ -120,8 +127,15 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
     """A broker refuses offsets of a group it has never seen, until a pull creates the group."""
     brokers = FakeBrokers(256)
     brokers.group_known = {f"broker-{b}" for b in range(known_on)}
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g",
-                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, kind=ReadKind.STREAM)
+    options = parse_options(
+        {
+            "nameServer": "127.0.0.1:9876",
+            "topic": ",".join(TOPICS),
+            "consumerGroup": "g",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        },
+        kind=ReadKind.STREAM,
+    )
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     # The first trigger stores where each queue starts: the group's first commit.
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
@@ -131,6 +145,8 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
     assert brokers.stored == {q: 0 for q in brokers.max}
     reader.commit(end)
     assert brokers.stored == from_spark(end)
+
+
 def test_a_broker_reached_again_over_a_new_connection_has_all_its_offsets_stored_again() -> None:
     brokers = FakeBrokers(4)
     reader, end = started(brokers)
@@ -148,15 +164,18 @@ def test_a_broker_reached_again_over_a_new_connection_has_all_its_offsets_stored
 
 
 def test_topic_stats_read_fastjson_object_keys() -> None:
-    body = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":6,"topic":"T8"}:{"lastUpdateTimestamp":17,'
-            b'"maxOffset":3,"minOffset":0},{"brokerName":"broker-a","queueId":5,"topic":"T8"}:{"maxOffset":9,'
-            b'"minOffset":-1}},"topicPutTps":200.0}')
+    body = (
+        b'{"offsetTable":{{"brokerName":"broker-a","queueId":6,"topic":"T8"}:{"lastUpdateTimestamp":17,'
+        b'"maxOffset":3,"minOffset":0},{"brokerName":"broker-a","queueId":5,"topic":"T8"}:{"maxOffset":9,'
+        b'"minOffset":-1}},"topicPutTps":200.0}'
+    )
     stats = parse_topic_stats(body, "broker-a")
     assert {q.queue_id: (s.min_offset, s.max_offset) for q, s in stats.items()} == {6: (0, 3), 5: (0, 9)}
     assert parse_topic_stats(b'{"offsetTable":{}}', "broker-a") == {}
     # Another field order or spacing than fastjson's usual goes the general way to the same values.
-    other = body.replace(b'{"brokerName":"broker-a","queueId":5,"topic":"T8"}', b'{"topic":"T8", "queueId":5,'
-                         b' "brokerName":"broker-a"}')
+    other = body.replace(
+        b'{"brokerName":"broker-a","queueId":5,"topic":"T8"}', b'{"topic":"T8", "queueId":5, "brokerName":"broker-a"}'
+    )
     assert parse_topic_stats(other, "broker-a") == stats
 
 
@@ -195,8 +214,9 @@ def test_a_stored_zero_is_told_from_none_stored_on_every_release(version: int) -
     brokers = FakeBrokers(4, version=version)
     stored_zero = [q for q in brokers.max if q.queue_id == 0]
     brokers.stored = dict.fromkeys(stored_zero, 0)
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
-                            kind=ReadKind.STREAM)  # CONSUME_FROM_LAST_OFFSET where nothing is stored
+    options = parse_options(
+        {"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"}, kind=ReadKind.STREAM
+    )  # CONSUME_FROM_LAST_OFFSET where nothing is stored
     reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
     start = from_spark(reader.initialOffset())
     assert start == {q: 0 if q in stored_zero else brokers.max[q] for q in brokers.max}
@@ -225,8 +245,9 @@ def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -
     """Of a topic's first commits that reach a broker at once, all but one can be lost: one queue
     per broker and topic goes first, then the others in one more round."""
     brokers = kind(16)
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"},
-                            kind=ReadKind.STREAM)
+    options = parse_options(
+        {"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"}, kind=ReadKind.STREAM
+    )
     reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
     queues = reader.queues()
     rounds = brokers.rounds
@@ -234,4 +255,4 @@ def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -
     assert result.stored == brokers.max and not result.failed
     assert brokers.stored == brokers.max
     assert brokers.rounds - rounds == 2
-    assert brokers.sent[-len(queues):].count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(queues)
+    assert brokers.sent[-len(queues) :].count(RequestCode.UPDATE_CONSUMER_OFFSET) == len(queues)

@@ -45,8 +45,9 @@ def test_a_reset_notice_reads_as_the_queues_and_offsets() -> None:
 
 @pytest.mark.parametrize("found_by", ["stored offsets", "notice"])
 @pytest.mark.parametrize("reset_to", [25, 60])
-def test_follow_starts_the_next_batch_at_the_reset_offsets(found_by: str, reset_to: int,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_follow_starts_the_next_batch_at_the_reset_offsets(
+    found_by: str, reset_to: int, caplog: pytest.LogCaptureFixture
+) -> None:
     fake, reader, start = caught_up()
     if found_by == "notice":  # a 4.9 broker stores nothing itself
         assert fake.client.handler(notice({A0: reset_to, A1: reset_to})) is None
@@ -89,7 +90,8 @@ def test_an_idle_trigger_after_a_followed_reset_plans_no_batch() -> None:
 
 
 def test_ignore_keeps_the_checkpoint_position_and_stores_its_own_offsets_again(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake, reader, start = caught_up(onOffsetReset="ignore")
     fake.stored.update({A0: 25, A1: 25})
     with caplog.at_level(logging.WARNING, logger=STREAM_LOGGER):

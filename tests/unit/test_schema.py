@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.records import columnar
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
@@ -20,7 +21,6 @@ from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from rocketmq_spark.source.schema import COLUMNS, SCHEMA, checked_columns
-from rocketmq_spark.model import MessageQueue
 from tests.records import properties_block, record
 
 OPTIONS = {"nameServer": "127.0.0.1:9876", "topic": "t", "consumerGroup": "g"}
@@ -37,13 +37,16 @@ def test_any_subset_in_any_order_is_accepted() -> None:
     assert checked_columns(written) == ("queueOffset", "tags")
 
 
-@pytest.mark.parametrize("schema, problem", [
-    (StructType([StructField("queueId", LongType())]), "'queueId' is int, not bigint"),
-    (StructType([StructField("partition", IntegerType())]), "'partition' is not a column of the source"),
-    (StructType([StructField("tags", StringType()), StructField("tags", StringType())]), "'tags' is named twice"),
-    (StructType([StructField("tags", StringType(), nullable=False)]), "'tags' must be nullable"),
-    (StructType([]), "it names no column"),
-])
+@pytest.mark.parametrize(
+    "schema, problem",
+    [
+        (StructType([StructField("queueId", LongType())]), "'queueId' is int, not bigint"),
+        (StructType([StructField("partition", IntegerType())]), "'partition' is not a column of the source"),
+        (StructType([StructField("tags", StringType()), StructField("tags", StringType())]), "'tags' is named twice"),
+        (StructType([StructField("tags", StringType(), nullable=False)]), "'tags' must be nullable"),
+        (StructType([]), "it names no column"),
+    ],
+)
 def test_other_schemas_fail_naming_the_allowed_columns(schema: StructType, problem: str) -> None:
     with pytest.raises(ConfigurationError) as err:
         checked_columns(schema)
@@ -72,9 +75,11 @@ def test_partitions_carry_the_columns_to_the_tasks() -> None:
 
 def pulls(tag: str = "TagA") -> list[bytes]:
     """Two pulls: one the bulk decoder takes, one only the per-record decoder takes."""
+
     def one(offset: int, **fields: Any) -> bytes:
         block = properties_block({"TAGS": tag, "KEYS": f"k{offset}", "UNIQ_KEY": f"U{offset}"})
         return record(queue_offset=offset, body=f"m{offset}".encode(), properties=block, **fields)
+
     return [one(0) + one(1), one(2, magic=codes.MESSAGE_MAGIC_V2)]
 
 
@@ -87,10 +92,16 @@ def built(columns: tuple[str, ...], tags: frozenset[str] | None = None) -> pa.Re
     return batch
 
 
-@pytest.mark.parametrize("columns", [
-    ("body", "queueOffset"), ("storeHost", "msgId", "topic"), ("properties",), ("flag", "bornTimestamp", "keys"),
-    ("offsetMsgId", "brokerName", "queueId", "tags", "bornHost", "reconsumeTimes", "storeTimestamp"),
-])
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("body", "queueOffset"),
+        ("storeHost", "msgId", "topic"),
+        ("properties",),
+        ("flag", "bornTimestamp", "keys"),
+        ("offsetMsgId", "brokerName", "queueId", "tags", "bornHost", "reconsumeTimes", "storeTimestamp"),
+    ],
+)
 def test_a_narrow_batch_holds_the_columns_asked_for_with_the_full_rows_values(columns: tuple[str, ...]) -> None:
     full = built(COLUMNS)
     batch = built(columns)

@@ -36,8 +36,17 @@ def refusing() -> Iterator[Callable[[str], Listener]]:
 
 
 def test_credentials_never_show_in_a_repr() -> None:
-    opts = parse_options({"nameServer": "h:1", "topic": "orders", "consumerGroup": "g", "accessKey": "ak-4d1c",
-                          "secretKey": "sk-9b2e", "securityToken": "tok-51aa"}, kind=ReadKind.STREAM)
+    opts = parse_options(
+        {
+            "nameServer": "h:1",
+            "topic": "orders",
+            "consumerGroup": "g",
+            "accessKey": "ak-4d1c",
+            "secretKey": "sk-9b2e",
+            "securityToken": "tok-51aa",
+        },
+        kind=ReadKind.STREAM,
+    )
     part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     for value in (opts, opts.client, opts.client.credentials, part):
         text = f"{value!r} {value}"
@@ -48,8 +57,7 @@ def test_credentials_never_show_in_a_repr() -> None:
 def test_a_refused_access_key_is_not_repeated(refusing: Callable[[str], Listener]) -> None:
     """Brokers name the user they refuse; the error keeps the reason and hides the key."""
     broker = refusing("User:ak-7f3e is not found.").address
-    config = ClientConfig(("127.0.0.1:1",), request_timeout=TIMEOUT_S,
-                          credentials=Credentials("ak-7f3e", "sk"))
+    config = ClientConfig(("127.0.0.1:1",), request_timeout=TIMEOUT_S, credentials=Credentials("ak-7f3e", "sk"))
     with RocketMQClient(config) as client, pytest.raises(AuthenticationError) as caught:
         client.max_offset(broker, MessageQueue("orders", "broker-a", 0))
     assert f"User:{HIDDEN_ACCESS_KEY} is not found." in str(caught.value)

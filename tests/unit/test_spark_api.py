@@ -26,7 +26,11 @@ from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.offsets import from_spark, to_spark
 from rocketmq_spark.source.schema import ARROW_SCHEMA, SCHEMA
 from rocketmq_spark.source.spark_api import (
-    ADMISSION_CONTROL, PlainStreamReader, ReadLimit, ReadMaxRows, for_this_spark,
+    ADMISSION_CONTROL,
+    PlainStreamReader,
+    ReadLimit,
+    ReadMaxRows,
+    for_this_spark,
 )
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeOffsets
@@ -90,8 +94,11 @@ def test_a_new_query_plans_from_initial_offsets_computed_once() -> None:
     reader.latestOffset()
     reader.commit({"n": 9})
     assert source.calls == [
-        ("initialOffset",), ("latestOffset", {"n": 0}, LIMIT), ("partitions", {"n": 0}, {"n": 9}),
-        ("latestOffset", {"n": 9}, LIMIT), ("commit", {"n": 9}),
+        ("initialOffset",),
+        ("latestOffset", {"n": 0}, LIMIT),
+        ("partitions", {"n": 0}, {"n": 9}),
+        ("latestOffset", {"n": 9}, LIMIT),
+        ("commit", {"n": 9}),
     ]
 
 
@@ -210,8 +217,13 @@ def import_error(tmp_path: Path, fake_pyspark: str | None) -> str:
     else:
         (tmp_path / "pyspark").mkdir()
         (tmp_path / "pyspark" / "__init__.py").write_text(f"__version__ = {fake_pyspark!r}\n")
-    done = subprocess.run([sys.executable, "-I", "-c", f"{setup}; import rocketmq_spark"],
-                          capture_output=True, text=True, check=False, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"{setup}; import rocketmq_spark"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 1
     return done.stderr.strip().splitlines()[-1]
 

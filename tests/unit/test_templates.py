@@ -17,22 +17,40 @@ def decoded(frame: bytes) -> RemotingCommand:
     return decode_frame(frame[LENGTH_FIELD:])
 
 
-@pytest.mark.parametrize(("group", "subscription", "expression_type"), [
-    ("plain-group", SUBSCRIBE_ALL, EXPRESSION_TAG),
-    ("a \"quoted\" 100% group\\", "TagA || TagB", EXPRESSION_TAG),
-    ("组-ü", "a > 5 AND b = 'x%d'", EXPRESSION_SQL92),
-])
+@pytest.mark.parametrize(
+    ("group", "subscription", "expression_type"),
+    [
+        ("plain-group", SUBSCRIBE_ALL, EXPRESSION_TAG),
+        ('a "quoted" 100% group\\', "TagA || TagB", EXPRESSION_TAG),
+        ("组-ü", "a > 5 AND b = 'x%d'", EXPRESSION_SQL92),
+    ],
+)
 def test_a_templated_pull_is_the_pull_encoded_whole(group: str, subscription: str, expression_type: str) -> None:
     """Quotes, backslashes, percent signs and non-ASCII text in the fixed fields come out as the
     JSON encoder writes them; only the order of the extFields differs, which JSON leaves free."""
-    queue = MessageQueue("topic-%s", "broker-\"a\"", 7)
+    queue = MessageQueue("topic-%s", 'broker-"a"', 7)
     for suspend in (0, 15000):
-        whole = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, calls.pull_fields(
-            queue, 123_456_789_012, group=group, max_messages=32, subscription=subscription,
-            expression_type=expression_type, suspend_timeout_ms=suspend))
-        templated = PullTemplates().request(queue, 123_456_789_012, group=group, max_messages=32,
-                                            subscription=subscription, expression_type=expression_type,
-                                            suspend_timeout_ms=suspend)
+        whole = RemotingCommand.request(
+            codes.RequestCode.PULL_MESSAGE,
+            calls.pull_fields(
+                queue,
+                123_456_789_012,
+                group=group,
+                max_messages=32,
+                subscription=subscription,
+                expression_type=expression_type,
+                suspend_timeout_ms=suspend,
+            ),
+        )
+        templated = PullTemplates().request(
+            queue,
+            123_456_789_012,
+            group=group,
+            max_messages=32,
+            subscription=subscription,
+            expression_type=expression_type,
+            suspend_timeout_ms=suspend,
+        )
         assert templated.code == whole.code
         expected = decoded(whole.frame(2**31 - 2))
         got = decoded(templated.frame(2**31 - 2))
@@ -41,8 +59,9 @@ def test_a_templated_pull_is_the_pull_encoded_whole(group: str, subscription: st
 
 
 def test_each_request_of_a_template_has_its_own_values_and_opaque() -> None:
-    template = RequestTemplate(codes.RequestCode.PULL_MESSAGE, {"topic": "t", "queueOffset": 0, "skipped": None},
-                               ("queueOffset",))
+    template = RequestTemplate(
+        codes.RequestCode.PULL_MESSAGE, {"topic": "t", "queueOffset": 0, "skipped": None}, ("queueOffset",)
+    )
     first, second = decoded(template.request(5).frame(1)), decoded(template.request(6).frame(2))
     assert (first.opaque, first.ext_fields) == (1, {"topic": "t", "queueOffset": "5"})
     assert (second.opaque, second.ext_fields) == (2, {"topic": "t", "queueOffset": "6"})
@@ -58,6 +77,13 @@ def test_an_open_field_takes_only_an_int() -> None:
 def test_the_templates_a_client_keeps_are_bounded() -> None:
     templates = PullTemplates()
     for queue_id in range(5000):
-        templates.request(MessageQueue("t", "b", queue_id), 0, group="g", max_messages=1, subscription=SUBSCRIBE_ALL,
-                          expression_type=EXPRESSION_TAG, suspend_timeout_ms=0)
+        templates.request(
+            MessageQueue("t", "b", queue_id),
+            0,
+            group="g",
+            max_messages=1,
+            subscription=SUBSCRIBE_ALL,
+            expression_type=EXPRESSION_TAG,
+            suspend_timeout_ms=0,
+        )
     assert len(templates._templates) <= 4096

@@ -37,8 +37,9 @@ USUAL_ROUNDS = 2
 class StoreTimeBroker:
     """One broker whose queue ``q`` holds messages ``[first[q], first[q] + len(times[q]))``."""
 
-    def __init__(self, times: Sequence[Sequence[int]], first: Sequence[int] | None = None,
-                 version: int = VERSION_4_9_7) -> None:
+    def __init__(
+        self, times: Sequence[Sequence[int]], first: Sequence[int] | None = None, version: int = VERSION_4_9_7
+    ) -> None:
         self.version = version
         self.times = [list(t) for t in times]
         self.first = list(first) if first is not None else [0] * len(times)
@@ -47,8 +48,9 @@ class StoreTimeBroker:
 
     def topic_route(self, topic: str) -> TopicRoute:
         queues = len(self.times)
-        return TopicRoute(topic, (QueueData(BROKER, queues, queues, PERM_READ_WRITE),),
-                          {BROKER: BrokerData(BROKER, {0: ADDRESS})})
+        return TopicRoute(
+            topic, (QueueData(BROKER, queues, queues, PERM_READ_WRITE),), {BROKER: BrokerData(BROKER, {0: ADDRESS})}
+        )
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
@@ -80,8 +82,10 @@ class StoreTimeBroker:
         if offset == end:
             return RemotingCommand(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": str(end), **bounds})
         stop = min(end, offset + count)
-        body = b"".join(record(topic=TOPIC.encode(), queue_id=queue_id, queue_offset=o, store_timestamp=times[o - first])
-                        for o in range(offset, stop))
+        body = b"".join(
+            record(topic=TOPIC.encode(), queue_id=queue_id, queue_offset=o, store_timestamp=times[o - first])
+            for o in range(offset, stop)
+        )
         return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"nextBeginOffset": str(stop), **bounds}, body=body)
 
     def close(self) -> None:
@@ -114,8 +118,9 @@ def nearest(times: Sequence[int], timestamp: int) -> int:
 
 
 def search(broker: StoreTimeBroker, timestamp: int) -> dict[int, int]:
-    options = parse_options({"nameServer": "127.0.0.1:9876", "topic": TOPIC, "startingTimestamp": str(timestamp)},
-                            kind=ReadKind.BATCH)
+    options = parse_options(
+        {"nameServer": "127.0.0.1:9876", "topic": TOPIC, "startingTimestamp": str(timestamp)}, kind=ReadKind.BATCH
+    )
     reader = OffsetReader(options, client=broker)  # type: ignore[arg-type]
     queues = sorted(reader.queues())
     return {q.queue_id: offset for q, offset in reader.offsets_for_time(queues, timestamp).items()}
@@ -164,13 +169,19 @@ def test_5_x_answers_are_used_as_they_are() -> None:
     assert broker.sent == [RequestCode.SEARCH_OFFSET_BY_TIMESTAMP]
 
 
-store_times = st.lists(st.integers(0, 40), max_size=60).map(lambda gaps: [T0 + sum(gaps[:i + 1]) for i in range(len(gaps))])
+store_times = st.lists(st.integers(0, 40), max_size=60).map(
+    lambda gaps: [T0 + sum(gaps[: i + 1]) for i in range(len(gaps))]
+)
 
 
-@given(st.lists(st.tuples(store_times, st.integers(0, 1_000)), min_size=1, max_size=4), st.integers(-5, 2_500),
-       st.sampled_from([VERSION_4_9_7, VERSION_5_3_3]))
+@given(
+    st.lists(st.tuples(store_times, st.integers(0, 1_000)), min_size=1, max_size=4),
+    st.integers(-5, 2_500),
+    st.sampled_from([VERSION_4_9_7, VERSION_5_3_3]),
+)
 def test_every_release_answers_the_first_offset_at_or_after_the_time(
-        queues: list[tuple[list[int], int]], delta: int, version: int) -> None:
+    queues: list[tuple[list[int], int]], delta: int, version: int
+) -> None:
     broker = StoreTimeBroker([t for t, _ in queues], first=[f for _, f in queues], version=version)
     assert search(broker, T0 + delta) == expected(broker, T0 + delta)
     pulls = broker.sent.count(RequestCode.PULL_MESSAGE)

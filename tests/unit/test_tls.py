@@ -46,9 +46,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CertificateFile
     """Three test CAs, each with a server certificate: for 127.0.0.1 and localhost, for localhost
     only, and for 127.0.0.1 only."""
     root = tmp_path_factory.mktemp("certificates")
-    return {"both": make_test_certificates(root / "both"),
-            "dns": make_test_certificates(root / "dns", sans=("DNS:localhost",)),
-            "ip": make_test_certificates(root / "ip", sans=("IP:127.0.0.1",))}
+    return {
+        "both": make_test_certificates(root / "both"),
+        "dns": make_test_certificates(root / "dns", sans=("DNS:localhost",)),
+        "ip": make_test_certificates(root / "ip", sans=("IP:127.0.0.1",)),
+    }
 
 
 @pytest.fixture
@@ -73,8 +75,9 @@ def options(**extra: str) -> ClientConfig:
 
 def client(address: str, **extra: str) -> RocketMQClient:
     """A client of the options ``extra`` for the name server at ``address``."""
-    config = parse_options({**BASE, "nameServer": address, "pullTimeoutMs": str(int(TIMEOUT_S * 1000)), **extra},
-                           kind=ReadKind.STREAM).client
+    config = parse_options(
+        {**BASE, "nameServer": address, "pullTimeoutMs": str(int(TIMEOUT_S * 1000)), **extra}, kind=ReadKind.STREAM
+    ).client
     return RocketMQClient(config)
 
 
@@ -87,8 +90,9 @@ def test_tls_is_off_and_verifying_by_default() -> None:
     assert client_context(config) is None
 
 
-def test_the_trust_bundle_is_read_at_load_and_travels_as_text(certs: dict[str, CertificateFiles],
-                                                               tmp_path: Path) -> None:
+def test_the_trust_bundle_is_read_at_load_and_travels_as_text(
+    certs: dict[str, CertificateFiles], tmp_path: Path
+) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text(certs["both"].ca_cert.read_text())
     opts = parse_options({**BASE, "TLS": "true", "tlstrustcertpath": str(bundle)}, kind=ReadKind.STREAM)
@@ -101,13 +105,16 @@ def test_the_trust_bundle_is_read_at_load_and_travels_as_text(certs: dict[str, C
     assert "BEGIN CERTIFICATE" not in f"{opts!r} {opts.client!r} {part!r}"
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (None, "No such file or directory"),
-    ("directory", "Is a directory"),
-    (b"\x30\x82\x03\x0b\xff\xfe", "is not a PEM text file"),
-    ("just some text\n", "holds no PEM certificate"),
-    ("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n", "malformed certificate"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "No such file or directory"),
+        ("directory", "Is a directory"),
+        (b"\x30\x82\x03\x0b\xff\xfe", "is not a PEM text file"),
+        ("just some text\n", "holds no PEM certificate"),
+        ("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n", "malformed certificate"),
+    ],
+)
 def test_a_bundle_that_cannot_serve_fails_at_load(tmp_path: Path, content: str | bytes | None, problem: str) -> None:
     path = tmp_path / "ca.pem"
     if content == "directory":
@@ -124,8 +131,9 @@ def test_a_bundle_that_cannot_serve_fails_at_load(tmp_path: Path, content: str |
     assert "PEM file of the CA certificates" in message
 
 
-@pytest.mark.parametrize("extra", [{"tlsTrustCertPath": "/any/ca.pem"}, {"tlsVerify": "false"},
-                                   {"tls": "false", "tlsVerify": "false"}])
+@pytest.mark.parametrize(
+    "extra", [{"tlsTrustCertPath": "/any/ca.pem"}, {"tlsVerify": "false"}, {"tls": "false", "tlsVerify": "false"}]
+)
 def test_tls_settings_without_tls_are_an_error(extra: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match=r"applies only to TLS connections\. Set tls=true, or remove"):
         options(**extra)
@@ -161,28 +169,35 @@ def test_contexts_verify_names_and_chains_unless_told_not_to(certs: dict[str, Ce
 # ---------------------------------------------------------------------------- handshakes
 
 
-def test_a_verified_connection_answers(certs: dict[str, CertificateFiles],
-                                       serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_a_verified_connection_answers(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     server = serve(certs["both"])
     with client(server.address, tls="true", tlsTrustCertPath=str(certs["both"].ca_cert)) as verified:
-        assert verified.invoke(server.address, codes.RequestCode.GET_BROKER_CLUSTER_INFO).code == codes.ResponseCode.SUCCESS
+        assert (
+            verified.invoke(server.address, codes.RequestCode.GET_BROKER_CLUSTER_INFO).code
+            == codes.ResponseCode.SUCCESS
+        )
         assert verified._pool.get(server.address).tls_version in ("TLSv1.2", "TLSv1.3")
 
 
-def test_an_unknown_ca_is_one_quick_error_naming_the_fix(certs: dict[str, CertificateFiles],
-                                                         serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_an_unknown_ca_is_one_quick_error_naming_the_fix(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     server = serve(certs["both"])
     with client(server.address, tls="true") as unverified, pytest.raises(CertificateError) as caught:
         unverified.topic_route("orders")  # raised as it is, not as "no name server answered"
     assert str(caught.value) == (
         f"TLS certificate of {server.address} rejected: unable to get local issuer certificate: it is not signed "
         "by the system's CAs. Give the PEM certificate of the CA that signs the servers' certificates in "
-        "tlsTrustCertPath, or, for tests only, set tlsVerify=false to accept any certificate")
+        "tlsTrustCertPath, or, for tests only, set tlsVerify=false to accept any certificate"
+    )
     assert not caught.value.retriable and caught.value.address == server.address
 
 
-def test_another_ca_names_the_bundle(certs: dict[str, CertificateFiles],
-                                     serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_another_ca_names_the_bundle(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     server = serve(certs["both"])
     other = str(certs["dns"].ca_cert)
     with client(server.address, tls="true", tlsTrustCertPath=other) as wrong, pytest.raises(CertificateError) as caught:
@@ -190,31 +205,43 @@ def test_another_ca_names_the_bundle(certs: dict[str, CertificateFiles],
     assert f"it is not signed by the CAs of tlsTrustCertPath ({other})" in str(caught.value)
 
 
-@pytest.mark.parametrize(("files", "host", "reason", "needs"), [
-    ("dns", "127.0.0.1", "IP address mismatch", "127.0.0.1 as an IP address"),
-    ("ip", "localhost", "Hostname mismatch", "localhost as a DNS name"),
-])
+@pytest.mark.parametrize(
+    ("files", "host", "reason", "needs"),
+    [
+        ("dns", "127.0.0.1", "IP address mismatch", "127.0.0.1 as an IP address"),
+        ("ip", "localhost", "Hostname mismatch", "localhost as a DNS name"),
+    ],
+)
 def test_the_address_connected_to_must_be_in_the_certificate(
-        certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener],
-        files: str, host: str, reason: str, needs: str) -> None:
+    certs: dict[str, CertificateFiles],
+    serve: Callable[[CertificateFiles], Listener],
+    files: str,
+    host: str,
+    reason: str,
+    needs: str,
+) -> None:
     address = f"{host}:{serve(certs[files]).address.rpartition(':')[2]}"
-    with client(address, tls="true", tlsTrustCertPath=str(certs[files].ca_cert)) as checked, \
-            pytest.raises(CertificateError) as caught:
+    with (
+        client(address, tls="true", tlsTrustCertPath=str(certs[files].ca_cert)) as checked,
+        pytest.raises(CertificateError) as caught,
+    ):
         checked.topic_route("orders")
     message = str(caught.value)
     assert f"TLS certificate of {address} rejected: {reason}" in message
     assert f"the certificate needs {needs} in its subject alternative names" in message, message
 
 
-def test_verify_false_accepts_any_certificate(certs: dict[str, CertificateFiles],
-                                              serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_verify_false_accepts_any_certificate(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     address = f"localhost:{serve(certs['ip']).address.rpartition(':')[2]}"
     with client(address, tls="true", tlsVerify="false") as anything:
         assert anything.invoke(address, codes.RequestCode.GET_BROKER_CLUSTER_INFO).code == codes.ResponseCode.SUCCESS
 
 
-def test_plain_text_to_a_tls_only_server_suggests_tls(certs: dict[str, CertificateFiles],
-                                                      serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_plain_text_to_a_tls_only_server_suggests_tls(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     server = serve(certs["both"])
     with client(server.address) as plain, pytest.raises(NameServersUnavailableError) as caught:
         plain.topic_route("orders")
@@ -228,8 +255,9 @@ def test_an_expired_certificate_asks_for_renewal() -> None:
     err = ssl.SSLCertVerificationError(1, "certificate verify failed")
     err.verify_code, err.verify_message = CERT_HAS_EXPIRED, "certificate has expired"
     error = certificate_error("10.0.0.7:10911", err, options(tls="true"))
-    assert str(error).startswith("TLS certificate of 10.0.0.7:10911 rejected: certificate has expired. "
-                                 "Renew the server's certificate")
+    assert str(error).startswith(
+        "TLS certificate of 10.0.0.7:10911 rejected: certificate has expired. Renew the server's certificate"
+    )
     assert not error.retriable
 
 
@@ -243,8 +271,9 @@ def test_the_fix_names_the_settings_as_whoever_built_the_config_calls_them() -> 
     assert by_hand.endswith("or, for tests only, set tls_verify=false to accept any certificate")
 
 
-def test_fresh_connections_each_get_their_first_answer(certs: dict[str, CertificateFiles],
-                                                      serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_fresh_connections_each_get_their_first_answer(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     """A reader thread reading while the first request is written: with one ssl.SSLSocket shared
     by both threads, about one connection in twenty-five lost that answer."""
     context = client_context(options(tls="true", tlsTrustCertPath=str(certs["both"].ca_cert)))
@@ -252,21 +281,26 @@ def test_fresh_connections_each_get_their_first_answer(certs: dict[str, Certific
         server = serve(certs["both"])  # a fresh one each time, as the race needs the timing of one
         conn = Connection(server.address, connect_timeout=TIMEOUT_S, tls_context=context)
         try:
-            assert conn.request(RemotingCommand.request(codes.RequestCode.GET_BROKER_CLUSTER_INFO),
-                                TIMEOUT_S).code == codes.ResponseCode.SUCCESS
+            assert (
+                conn.request(RemotingCommand.request(codes.RequestCode.GET_BROKER_CLUSTER_INFO), TIMEOUT_S).code
+                == codes.ResponseCode.SUCCESS
+            )
         finally:
             conn.close()
 
 
-def test_threads_share_a_tls_connection(certs: dict[str, CertificateFiles],
-                                        serve: Callable[[CertificateFiles], Listener]) -> None:
+def test_threads_share_a_tls_connection(
+    certs: dict[str, CertificateFiles], serve: Callable[[CertificateFiles], Listener]
+) -> None:
     server = serve(certs["both"])
     context = client_context(options(tls="true", tlsTrustCertPath=str(certs["both"].ca_cert)))
     conn = Connection(server.address, connect_timeout=TIMEOUT_S, tls_context=context)
 
     def ask(_: int) -> list[int]:
-        return [conn.request(RemotingCommand.request(codes.RequestCode.GET_BROKER_CLUSTER_INFO), TIMEOUT_S).code
-                for _ in range(REQUESTS_PER_THREAD)]
+        return [
+            conn.request(RemotingCommand.request(codes.RequestCode.GET_BROKER_CLUSTER_INFO), TIMEOUT_S).code
+            for _ in range(REQUESTS_PER_THREAD)
+        ]
 
     try:
         with ThreadPoolExecutor(THREADS) as pool:

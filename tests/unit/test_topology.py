@@ -62,7 +62,8 @@ def test_a_frozen_broker_is_held_while_the_other_is_read_and_resumes_where_it_wa
 
 
 def test_a_drained_queue_that_leaves_the_routes_is_held_not_lost_and_resumes_where_it_was(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake = FakeOffsets({A0: (0, 10), A1: (0, 6)})
     reader = stream(fake)
     end = reader.latestOffset(spark({A0: 10, A1: 6}), ALL)

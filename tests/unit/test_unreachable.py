@@ -60,8 +60,10 @@ def test_the_error_names_every_name_server_and_what_it_did(listen: Callable[...,
 def test_a_failed_tls_handshake_is_named(listen: Callable[..., Listener]) -> None:
     plain = listen("plain").address
     with RocketMQClient(ClientConfig((plain,), request_timeout=TIMEOUT_S, tls=True)) as client:
-        with pytest.raises(NameServersUnavailableError,
-                           match=rf"TLS handshake with {plain} failed \(\[SSL.*may not accept TLS.*leave tls unset"):
+        with pytest.raises(
+            NameServersUnavailableError,
+            match=rf"TLS handshake with {plain} failed \(\[SSL.*may not accept TLS.*leave tls unset",
+        ):
             client.topic_route("orders")
 
 
@@ -73,8 +75,10 @@ def test_a_connect_waits_at_most_the_connect_timeout() -> None:
 @pytest.mark.parametrize("kind", ["refused", "silent", "full"])
 def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[..., Listener], kind: str) -> None:
     address = closed_port() if kind == "refused" else listen(kind).address
-    options = parse_options({"nameServer": address, "topic": "orders", "consumerGroup": "g",
-                             "pullTimeoutMs": TIMEOUT_MS}, kind=ReadKind.STREAM)
+    options = parse_options(
+        {"nameServer": address, "topic": "orders", "consumerGroup": "g", "pullTimeoutMs": TIMEOUT_MS},
+        kind=ReadKind.STREAM,
+    )
     reader = OffsetReader(options)
     assert reader.retry == options.start_retry
     began = time.monotonic()
@@ -85,11 +89,18 @@ def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[.
 
 
 def test_a_running_query_retries_for_its_budget() -> None:
-    options = parse_options({"nameServer": "127.0.0.1:1", "topic": "orders", "consumerGroup": "g",
-                             "pullTimeoutMs": "3000", "retryBudgetMs": "120000"}, kind=ReadKind.STREAM)
+    options = parse_options(
+        {
+            "nameServer": "127.0.0.1:1",
+            "topic": "orders",
+            "consumerGroup": "g",
+            "pullTimeoutMs": "3000",
+            "retryBudgetMs": "120000",
+        },
+        kind=ReadKind.STREAM,
+    )
     reader = OffsetReader(options)
     assert (reader.retry.budget_s, options.retry.budget_s) == (3.0, 120.0)
     reader.running()
     assert reader.retry == options.retry
     reader.close()
-
