@@ -76,6 +76,8 @@ class OffsetQuestions(Protocol):
 
     def broker_addresses(self) -> set[str]: ...
 
+    def without_master(self) -> frozenset[str]: ...
+
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
 
     def max_offsets(self, queues: Iterable[MessageQueue], *, hold_unreachable: bool = False) -> OffsetMap: ...
@@ -179,6 +181,7 @@ class FakeOffsets(OffsetQuestions):
         self.times = dict(times or {})
         self.away: set[str] = set()  # brokers not registered: out of the routes
         self.frozen: set[str] = set()  # brokers registered that do not answer
+        self.slave_read: set[str] = set()  # brokers with no master listed, read from a slave
         self.unreachable: dict[str, float] = {}
         self.commits: list[OffsetMap] = []
         self.reconnects: set[str] = set()  # brokers reached over a new connection, until asked
@@ -199,6 +202,9 @@ class FakeOffsets(OffsetQuestions):
 
     def broker_addresses(self) -> set[str]:
         return {ADDRESS[q.broker_name] for q in self.routed()}
+
+    def without_master(self) -> frozenset[str]:
+        return frozenset(self.slave_read)
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         return {q: self.routed()[q][0] for q in queues}

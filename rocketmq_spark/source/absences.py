@@ -26,18 +26,36 @@ class Absences:
         self._unreachable: frozenset[str] = frozenset()  # registered brokers that do not answer
         self._hidden: frozenset[MessageQueue] = frozenset()  # drained queues that left the routes
         self._last_max: OffsetMap = {}  # each queue's max offset when last seen
+        self._behind: frozenset[str] = frozenset()  # brokers read from a slave behind the stream
 
-    def held(self, begins: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> frozenset[MessageQueue]:
+    def held(
+        self,
+        begins: Mapping[MessageQueue, int],
+        latest: Mapping[MessageQueue, int],
+        behind: frozenset[MessageQueue] = frozenset(),
+    ) -> frozenset[MessageQueue]:
         """Of the queues the stream reads (``begins``), those missing from ``latest`` that wait:
         their broker is not registered or does not answer, or they left the routes of a live
         broker (readQueueNums lowered, read permission taken away) after the query read them to
-        their end, so nothing was lost."""
-        absent = [q for q in begins if q not in latest]
+        their end, so nothing was lost; and the ``behind`` queues, read from a slave that has not
+        copied all the stream read from their master."""
+        absent = [q for q in begins if q not in latest and q not in behind]
         away = self._offsets.unavailable(absent)
         drained = {q for q in absent if q not in away and begins[q] >= self._last_max.get(q, begins[q] + 1)}
         self._note(away, drained, frozenset(q.broker_name for q in latest))
+        self._note_behind(behind)
         self._last_max.update(latest)
-        return frozenset(away | drained)
+        return frozenset(away | drained | behind)
+
+    def _note_behind(self, behind: frozenset[MessageQueue]) -> None:
+        brokers = frozenset(q.broker_name for q in behind)
+        if brokers - self._behind:
+            log.warning(
+                "brokers %s have no master now and their slaves have not copied all this query has read; "
+                "their queues wait for the master's return or the slaves' catching up",
+                sorted(brokers - self._behind),
+            )
+        self._behind = brokers
 
     def _note(self, away: set[MessageQueue], drained: set[MessageQueue], serving: frozenset[str]) -> None:
         """Log when brokers or queues leave or return. A broker that serves some of the queues is

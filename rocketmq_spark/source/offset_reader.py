@@ -99,6 +99,10 @@ class OffsetReader:
     def broker_addresses(self) -> set[str]:
         return self.routes.broker_addresses()
 
+    def without_master(self) -> frozenset[str]:
+        """Broker names read from a slave now, as no master is listed."""
+        return self.routes.without_master()
+
     def reconnected(self) -> frozenset[str]:
         """Brokers reached at a new address or over a new connection since the last call; since
         they may have lost the group's offset tables too, their first commits go first again."""

@@ -114,6 +114,10 @@ class QueueRoutes:
             if q.broker_name in self._masters and q.broker_name not in self.unreachable
         }
 
+    def without_master(self) -> frozenset[str]:
+        """Broker names the last routes list with no master: their queues are read from a slave."""
+        return frozenset(q.broker_name for q in self._addresses if q.broker_name not in self._masters)
+
     def broker_addresses(self) -> set[str]:
         """The masters of the last routes (a broker each, or a proxy): safe to ask from another
         thread, as the routes are replaced whole, never changed in place."""

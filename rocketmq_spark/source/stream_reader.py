@@ -189,10 +189,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         their broker's return, and where queues seen for the first time start."""
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
+        # A slave serving while no master is listed may not have copied all the stream has read:
+        # its queues wait for the master or for the slave to catch up, never count as gone back.
+        slave_read = self.offsets.without_master()
+        behind = frozenset(q for q, o in latest.items() if q.broker_name in slave_read and o < begins.get(q, o))
+        latest = {q: o for q, o in latest.items() if q not in behind}
         earliest = self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]])
         if self._absences is None:
             self._absences = Absences(self.offsets)
-        held = self._absences.held(begins, latest)
+        held = self._absences.held(begins, latest, behind)
         new = [q for q in self._latest if q not in begins]  # not those an AvailableNow run leaves out
         first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
         return BrokerFacts(latest, earliest, held, first, self._target)

@@ -9,6 +9,7 @@ rate limits and AvailableNow's fixed end.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -166,6 +167,27 @@ def test_the_queues_of_a_broker_that_is_away_wait_with_their_offsets() -> None:
     fake.away.clear()
     assert reader.latestOffset(end, ReadAllAvailable()) == to_spark({A0: 10, B0: 8})
     assert fake.commits[-1] == {A0: 10, B0: 5}
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_slave_serving_behind_the_stream_s_offsets_is_waited_for_not_taken_for_data_loss(
+    fail_on_data_loss: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """broker-b's master died after the stream read B0 to 8; its asynchronous slave had copied 6."""
+    fake = FakeOffsets({A0: (0, 10), B0: (0, 6)})
+    reader = stream(fake, failOnDataLoss=fail_on_data_loss)
+    fake.slave_read.add("broker-b")
+    start = spark({A0: 2, B0: 8})
+    with caplog.at_level(logging.WARNING):
+        end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == to_spark({A0: 10, B0: 8})  # held where it stood, neither lost nor read again
+    assert ranges(reader.partitions(start, end)) == [(A0, 2, 10)]
+    assert any("broker-b" in r.getMessage() and "slaves have not copied" in r.getMessage() for r in caplog.records)
+    fake.slave_read.clear()  # the master back
+    fake.ranges[B0] = (0, 12)
+    after = reader.latestOffset(end, ReadAllAvailable())
+    assert after == to_spark({A0: 10, B0: 12})
+    assert ranges(reader.partitions(end, after)) == [(B0, 8, 12)]
 
 
 def test_a_broker_leaving_and_returning_is_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
