@@ -27,6 +27,7 @@ from rocketmq_spark.remoting.errors import (
     QueueNotReadableError,
     RequestTimeoutError,
     RocketMQError,
+    TopicNotFoundError,
 )
 from rocketmq_spark.remoting.replicas import Replicas, rejected
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID
@@ -151,13 +152,18 @@ class PullSender:
         except BrokerResponseError as err:
             if QueueNotReadableError.refused(err):
                 raise QueueNotReadableError(str(self.rng.queue), err) from err
+            if pull.broker_id != MASTER_BROKER_ID and isinstance(err, TopicNotFoundError):
+                # A 5.x slave learns a new topic from its master only about once a minute.
+                behind = _Behind(pull, str(err))
+                self._failed(pull, behind)
+                raise behind from err
             self._failed(pull, err)
             raise
         except RocketMQError as err:
             self._failed(pull, err)
             raise
         if pull.broker_id != MASTER_BROKER_ID and _behind(pull.start, result):
-            behind = _Behind(pull, result)
+            behind = _Behind(pull, describe(result))
             self._failed(pull, behind)
             raise behind
         self.tried.clear()  # this outage, if any, is over
@@ -190,10 +196,8 @@ class _Behind(RocketMQError):
 
     retriable = True
 
-    def __init__(self, pull: Pull, result: PullResult) -> None:
-        super().__init__(
-            f"replica {pull.broker_id} at {pull.address} does not serve offset {pull.start} yet: {describe(result)}"
-        )
+    def __init__(self, pull: Pull, detail: str) -> None:
+        super().__init__(f"replica {pull.broker_id} at {pull.address} does not serve offset {pull.start} yet: {detail}")
         self.address = pull.address
 
 

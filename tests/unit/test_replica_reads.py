@@ -13,7 +13,12 @@ import pytest
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import PullResult
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, NoReplicaError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError,
+    ConnectionFailedError,
+    NoReplicaError,
+    TopicNotFoundError,
+)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.partition import RocketMQPartition
@@ -39,6 +44,7 @@ class Replicas(HeldPulls):
         self.queues = {address: FakeQueue(max_offset) for address, max_offset in holds.items()}
         self.down: set[str] = set()
         self.refusing: set[str] = set()
+        self.topic_unknown: dict[str, int] = {}  # address -> pulls it answers TOPIC_NOT_EXIST to
         self.suggesting: dict[str, int] = {}  # address -> the broker id its answers suggest
         self.sent_to: list[str] = []
         self.changes: list[tuple[int, dict[int, str], set[str]]] = []  # (after n pulls, routes, down)
@@ -57,7 +63,10 @@ class Replicas(HeldPulls):
         if address in self.down:
             raise ConnectionFailedError(f"cannot connect to {address}", address)
         pending: Any = self.queues[address].pull_async(address, queue, offset, **kwargs)
-        if address in self.refusing:
+        if self.topic_unknown.get(address, 0) > 0:
+            self.topic_unknown[address] -= 1
+            pending = TopicUnknown(address)
+        elif address in self.refusing:
             pending = Refused(address)
         elif address in self.suggesting:
             pending = Suggesting(pending, self.suggesting[address])
@@ -75,6 +84,18 @@ class Refused:
 
     def result(self) -> PullResult:
         raise BrokerResponseError(ResponseCode.SYSTEM_BUSY, REFUSAL, address=self.address)
+
+
+class TopicUnknown:
+    """A 5.x slave that has not yet copied the topic's config from its master (about once a minute)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def result(self) -> PullResult:
+        raise TopicNotFoundError(
+            ResponseCode.TOPIC_NOT_EXIST, "topic[orders] not exist, apply first please!", address=self.address
+        )
 
 
 class Suggesting:
@@ -115,6 +136,14 @@ def test_a_slave_that_refuses_reads_is_waited_past_until_the_master_is_back() ->
     client.after(12, {0: MASTER, SLAVE_ID: SLAVE}, set())  # the master back
     assert read(client) == list(range(END))
     assert SLAVE in client.sent_to and client.sent_to[-1] == MASTER
+
+
+def test_a_slave_that_does_not_know_the_topic_yet_is_asked_again_not_an_error() -> None:
+    client = Replicas({0: MASTER, SLAVE_ID: SLAVE}, {MASTER: END, SLAVE: END})
+    client.topic_unknown[SLAVE] = 3
+    client.after(3, {SLAVE_ID: SLAVE}, {MASTER})
+    assert read(client) == list(range(END))
+    assert client.topic_unknown[SLAVE] == 0 and client.sent_to[-1] == SLAVE
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
