@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 # The project's own environments only (tests, demo, bench), not the library: PySpark 4.x warns
 # (FutureWarning) that it does not yet fully support pandas 3.
 DEV_PINS := 'pandas<3'
-# The RocketMQ release the cluster runs: 4.9.7, 5.3.3 or 5.5.0 (integration/versions.py).
+# The RocketMQ release the cluster runs: 4.9.7, 5.3.3, 5.5.0 or 5.5.1 (integration/versions.py).
 ROCKETMQ_VERSION ?= 5.3.3
 export ROCKETMQ_VERSION
 RMQ_CLASSPATH := integration/target/classpath-$(ROCKETMQ_VERSION).txt

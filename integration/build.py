@@ -24,6 +24,7 @@ TOOL_TARGET = TARGET / "tool"
 TOOL_JAR = TOOL_TARGET / "rocketmq-spark-it-tool.jar"
 TOOL_CLASSPATH_FILE = TOOL_TARGET / "classpath.txt"
 BUILD_LOCK_NAME = ".build.lock"
+ROCKETMQ_GROUP = "org.apache.rocketmq"
 # How much of Maven's output a failed build reports.
 MAVEN_OUTPUT_TAIL = 4000
 
@@ -52,14 +53,15 @@ def _servers_fresh(version: str) -> bool:
     return _newer_than([classpath_file(version)], [SERVERS_POM])
 
 
-def _maven(pom: Path, *args: str) -> None:
+def _maven(pom: Path, *args: str, goal: str | None = "package") -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BuildError("Maven (mvn) is not on PATH; install it to build the RocketMQ test tooling")
-    result = subprocess.run([mvn, "-q", "-B", "-f", str(pom), *args, "package"],
+    goals = [goal] if goal else []
+    result = subprocess.run([mvn, "-q", "-B", "-f", str(pom), *args, *goals],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise BuildError(f"mvn package ({pom.name} {' '.join(args)}) failed:\n"
+        raise BuildError(f"mvn {' '.join(goals)} ({pom.name} {' '.join(args)}) failed:\n"
                          f"{result.stdout[-MAVEN_OUTPUT_TAIL:]}\n{result.stderr[-MAVEN_OUTPUT_TAIL:]}")
 
 
@@ -87,8 +89,27 @@ def _build_tool() -> None:
 
 
 def _build_servers(version: str) -> None:
-    _maven(SERVERS_POM, *release(version).maven_args)
+    rel = release(version)
+    _maven(SERVERS_POM, *rel.maven_args)
+    if rel.base is not None:
+        _swap_in_modules(version, rel.base, rel.modules)
     classpath_file(version).touch()
+
+
+def _swap_in_modules(version: str, base: str, modules: tuple[str, ...]) -> None:
+    """The base release's classpath with ``modules`` of ``version`` in place of its own: each jar is
+    fetched alone (without its pom's dependencies, which name modules Central lacks)."""
+    jars_dir = TARGET / f"jars-{version}"
+    for module in modules:
+        _maven(SERVERS_POM, "dependency:copy", f"-Dartifact={ROCKETMQ_GROUP}:rocketmq-{module}:{version}",
+               f"-DoutputDirectory={jars_dir}", "-Dmdep.overWriteReleases=true", goal=None)
+    newer = {f"rocketmq-{module}-{base}.jar": jars_dir / f"rocketmq-{module}-{version}.jar" for module in modules}
+    entries = classpath_file(base).read_text().strip().split(os.pathsep)
+    swapped = [str(newer.get(Path(entry).name, entry)) for entry in entries]
+    missing = set(newer.values()) - set(map(Path, swapped))
+    if missing:
+        raise BuildError(f"{base}'s classpath lacks the modules {sorted(m.name for m in missing)} replaces")
+    classpath_file(version).write_text(os.pathsep.join(swapped))
 
 
 def ensure_tool_built(force: bool = False) -> None:

@@ -4,11 +4,11 @@ The tests, benchmarks and ``make demo`` all run against this cluster: a name ser
 (``broker-a``, ``broker-b``) in one cluster and, on request, the 5.x proxy. Each server runs in its
 own JVM with a small heap; stores, logs and configs live under one work directory, and ``stop``
 ends exactly the processes that ``start`` recorded, by pid. The release is 5.3.3 unless
-``--version`` or ``ROCKETMQ_VERSION`` picks 4.9.7 or 5.5.0 (see integration/versions.py).
+``--version`` or ``ROCKETMQ_VERSION`` picks 4.9.7, 5.5.0 or 5.5.1 (see integration/versions.py).
 
 Usage::
 
-    python -m integration.cluster start [--version 4.9.7|5.3.3|5.5.0] [--brokers 2] [--proxy] ...
+    python -m integration.cluster start [--version 4.9.7|5.3.3|5.5.0|5.5.1] [--brokers 2] [--proxy] ...
     python -m integration.cluster start --tls enforcing   # TLS only, with a test CA of the run's own
     python -m integration.cluster status
     python -m integration.cluster stop

@@ -40,7 +40,7 @@ class AclStyle(enum.Enum):
 
 # RocketMQ reaches into JDK internals (direct buffer cleaning, Netty's native transport, 4.9's
 # reflective page-cache checks); JDK 17 denies that unless these packages are opened. The same set
-# serves 4.9.7, 5.3.3 and 5.5.0.
+# serves 4.9.7, 5.3.3 and 5.5.x.
 JDK17_FLAGS = (
     "--add-opens=java.base/java.nio=ALL-UNNAMED",
     "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
@@ -61,6 +61,10 @@ class Release:
     logback: LogbackStyle
     acl: AclStyle
     jvm_flags: tuple[str, ...] = JDK17_FLAGS
+    # A release Maven Central holds only in part: the release whose other modules (name server,
+    # proxy, tools, client) run with this one's, and this one's modules that replace them.
+    base: str | None = None
+    modules: tuple[str, ...] = ()
 
     @property
     def major(self) -> int:
@@ -70,7 +74,7 @@ class Release:
     def maven_args(self) -> tuple[str, ...]:
         """What integration/pom.xml needs to resolve this release."""
         no_proxy = () if self.has_proxy else ("-Drocketmq.noProxy",)
-        return (f"-Drocketmq.version={self.version}", *no_proxy)
+        return (f"-Drocketmq.version={self.base or self.version}", *no_proxy)
 
 
 RELEASES = {
@@ -80,6 +84,12 @@ RELEASES = {
     # 5.3.3 set 10911 after reading the config, 5.5.0 sets it before.
     "5.3.3": Release("5.3.3", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2),
     "5.5.0": Release("5.5.0", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2),
+    # The newest release, which Maven Central holds only in part: its broker and what the broker
+    # is made of are there, its name server, proxy, tools, client and parent pom are not. So its
+    # brokers run 5.5.1's own jars on 5.5.0's classpath, beside 5.5.0's name server, proxy and
+    # mqadmin (docs/running-rocketmq.md).
+    "5.5.1": Release("5.5.1", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2, base="5.5.0",
+                     modules=("broker", "store", "tiered-store", "remoting", "common", "controller")),
 }
 
 

@@ -1,4 +1,4 @@
-"""What the source must do the same on every RocketMQ release it supports (4.9.7, 5.3.3, 5.5.0).
+"""What the source must do the same on every RocketMQ release it supports (4.9.7, 5.3.3, 5.5.x).
 
 The fixture's cluster runs the release ``ROCKETMQ_VERSION`` names (``make compat
 ROCKETMQ_VERSION=4.9.7``). Expected values come from the official Java client (the test tool),
