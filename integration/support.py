@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.cluster import Cluster, run_tool, tool_command
+from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
 from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -70,6 +70,19 @@ class ClusterHandle:
         if self.cluster is None:
             raise RuntimeError("mqadmin needs a cluster started by this run")
         return self.cluster.mqadmin(*args)
+
+
+@contextmanager
+def own_cluster(workdir: Path, **config: Any) -> Iterator[ClusterHandle]:
+    """A cluster of a module's own (``config``: ClusterConfig's fields, its ports apart from every
+    other cluster's), so that what its tests do to servers disturbs no other test; killed at the
+    end, as nobody opens its stores again."""
+    cluster = Cluster(ClusterConfig(workdir=workdir, **config)).start()
+    try:
+        proxy = cluster.config.proxy_addr if cluster.config.proxy else None
+        yield ClusterHandle(cluster.namesrv_addr, proxy, cluster, cluster.version)
+    finally:
+        cluster.stop(at_once=True)
 
 
 def stored_offsets(rocketmq: ClusterHandle, topic: str, group: str) -> dict[tuple[str, int], int | None]:
