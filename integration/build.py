@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.constants import OUTPUT_TAIL_CHARS
 from integration.versions import release
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
@@ -24,8 +25,6 @@ TOOL_TARGET = TARGET / "tool"
 TOOL_JAR = TOOL_TARGET / "rocketmq-spark-it-tool.jar"
 TOOL_CLASSPATH_FILE = TOOL_TARGET / "classpath.txt"
 BUILD_LOCK_NAME = ".build.lock"
-# How much of Maven's output a failed build reports.
-MAVEN_OUTPUT_TAIL = 4000
 
 
 class BuildError(RuntimeError):
@@ -60,7 +59,7 @@ def _maven(pom: Path, *args: str) -> None:
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"mvn package ({pom.name} {' '.join(args)}) failed:\n"
-                         f"{result.stdout[-MAVEN_OUTPUT_TAIL:]}\n{result.stderr[-MAVEN_OUTPUT_TAIL:]}")
+                         f"{result.stdout[-OUTPUT_TAIL_CHARS:]}\n{result.stderr[-OUTPUT_TAIL_CHARS:]}")
 
 
 def _locked_build(needed: Callable[[], bool], build: Callable[[], None]) -> None:

@@ -13,20 +13,19 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.connect import ConnectServer
+from integration.constants import REPO
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
 from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
 
-REPO = Path(__file__).resolve().parent.parent
 # The two-broker cluster of the tests that stop, kill, freeze or reconfigure a broker: ports of
 # its own, apart from every other cluster of a run.
 TWO_BROKERS_NAMESRV_PORT = shifted(11876)
@@ -64,8 +63,7 @@ def two_brokers(two_broker_cluster: ClusterHandle) -> Iterator[ClusterHandle]:
     """The module's two brokers; whatever a test did to one (even failing half-way), both run
     again afterwards, for the tests that follow."""
     yield two_broker_cluster
-    cluster = two_broker_cluster.cluster
-    assert cluster is not None, "the module's cluster is started by the module"
+    cluster = two_broker_cluster.started
     for name in BROKER_NAMES:
         if cluster.running(name):
             cluster.thaw(name)

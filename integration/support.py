@@ -16,14 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
+from integration.constants import QUERY_TIMEOUT_S, REPO
 from integration.versions import DEFAULT_VERSION, release
+from rocketmq_spark.model import MS_PER_SECOND
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
 from rocketmq_spark.source.group import is_source_client
 
-QUERY_TIMEOUT_S = 300
-REPO = Path(__file__).resolve().parent.parent
+# Queries that must fail at once: the request timeout they run with, and what a failing query
+# may add to Spark's own time, three request timeouts.
+FAIL_FAST_TIMEOUT_MS = 3000
+FAIL_FAST_LIMIT_S = 3 * FAIL_FAST_TIMEOUT_MS / MS_PER_SECOND
 # consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
 PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 # consumerConnection prints its members under this header, up to a blank line.
@@ -66,10 +70,15 @@ class ClusterHandle:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""
         return run_tool(self.namesrv_addr, command, *args, tls=self.tls, **kwargs)
 
-    def mqadmin(self, *args: str) -> str:
+    @property
+    def started(self) -> Cluster:
+        """The cluster, for what needs one this run started: mqadmin, or a server to stop."""
         if self.cluster is None:
-            raise RuntimeError("mqadmin needs a cluster started by this run")
-        return self.cluster.mqadmin(*args)
+            raise RuntimeError("this needs a cluster started by this run, not ROCKETMQ_NAMESRV's")
+        return self.cluster
+
+    def mqadmin(self, *args: str) -> str:
+        return self.started.mqadmin(*args)
 
 
 @contextmanager
@@ -291,8 +300,7 @@ def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[t
 
 def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
     """The client ids ``mqadmin consumerConnection -g`` lists (none when it finds no member)."""
-    assert rocketmq.cluster is not None, "mqadmin needs a cluster started by this run"
-    lines = rocketmq.cluster.mqadmin("consumerConnection", "-g", group, check=False).splitlines()
+    lines = rocketmq.started.mqadmin("consumerConnection", "-g", group, check=False).splitlines()
     starts = [k for k, line in enumerate(lines) if line.startswith(CONNECTIONS_HEADER)]
     if not starts:
         return []

@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import REPO, Overhead, fail_query, logging_env
+from integration.cluster_config import BROKER_A
+from integration.constants import LOOPBACK, ONE_HOUR_MS, PULL_BATCH, REPO
+from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query, logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -38,13 +40,10 @@ pytestmark = pytest.mark.integration
 # Ports of their own, so this cluster runs next to the shared one (9876, 10911, 10921).
 ACL_NAMESRV_PORT = shifted(19876)
 ACL_BROKER_PORT = shifted(20911)
-ACL_BROKER_ADDR = f"127.0.0.1:{ACL_BROKER_PORT}"
-BROKER = "broker-a"
+ACL_BROKER_ADDR = f"{LOOPBACK}:{ACL_BROKER_PORT}"
 QUEUES = 2
 MESSAGES = 6
-PULL_BATCH = 32
 COMMITTED = 4
-ONE_HOUR_MS = 3_600_000
 GOOD = Credentials(ACL_USER, ACL_PASSWORD)
 WRONG_SECRET = Credentials(ACL_USER, ACL_PASSWORD + "-wrong")
 UNKNOWN_USER = "nobody"
@@ -52,9 +51,6 @@ SIGNATURE_FAILED = "check signature failed."
 NO_USER_NAME = "username cannot be null."
 # RequestCode.AUTH_CREATE_USER of RocketMQ 5.x: only tests create users, so the package lacks it.
 AUTH_CREATE_USER = 3001
-PULL_TIMEOUT_MS = 3000
-# What a failing query may add to Spark's own time: three request timeouts.
-LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
 RUN_TIMEOUT_S = 900
 
 
@@ -73,7 +69,7 @@ class AclCluster:
 
     @property
     def queue(self) -> MessageQueue:
-        return MessageQueue(self.topic, BROKER, 0)
+        return MessageQueue(self.topic, BROKER_A, 0)
 
     def signed_tool(self, command: str, *args: str) -> list[dict[str, Any]]:
         return signed_tool(self.cluster, command, *args)
@@ -91,7 +87,7 @@ def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
     try:
         topic = "it-acl-topic"
         signed_tool(cluster, "create-topic", "--topic", topic, "--queues", str(QUEUES))
-        sent = signed_tool(cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER,
+        sent = signed_tool(cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER_A,
                            "--queue", "0", "--tags", "TagA", "--keys", "acl-{i}", "--print-body")
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
         yield AclCluster(cluster, topic, sent)
@@ -112,9 +108,9 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
     group = unique("it-acl-group")
     with acl.client(GOOD) as client:
         route = client.topic_route(acl.topic)
-        address = route.master_address(BROKER)
+        address = route.master_address(BROKER_A)
         assert address == ACL_BROKER_ADDR
-        assert route.readable_queues() == [MessageQueue(acl.topic, BROKER, q) for q in range(QUEUES)]
+        assert route.readable_queues() == [MessageQueue(acl.topic, BROKER_A, q) for q in range(QUEUES)]
 
         assert client.min_offset(address, acl.queue) == 0
         assert client.max_offset(address, acl.queue) == MESSAGES
@@ -175,7 +171,7 @@ def test_the_broker_refuses_bad_or_missing_credentials(
 def test_the_name_server_does_not_authenticate(acl: AclCluster, credentials: Credentials | None) -> None:
     with acl.client(credentials) as client:
         route = client.topic_route(acl.topic)
-    assert route.master_address(BROKER) == ACL_BROKER_ADDR
+    assert route.master_address(BROKER_A) == ACL_BROKER_ADDR
 
 
 @pytest.fixture(scope="module")
@@ -197,11 +193,11 @@ def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overh
                                               unique: Callable[[str], str], tmp_path: Path) -> None:
     options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
                "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
-               "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
+               "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS)}
     extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "wrong secret")
     assert f"from {ACL_BROKER_ADDR}: {SIGNATURE_FAILED}" in error, error
     assert WRONG_SECRET.secret_key not in error
-    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
+    assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,

@@ -12,25 +12,15 @@ from typing import Any
 
 import pytest
 
+from integration.constants import QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, run_available_now,
-    stored_offsets, stream, wait_rows,
+    ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, position, produce, run_available_now,
+    store_times, stored_offsets, stream, wait_rows,
 )
 
 pytestmark = pytest.mark.integration
 
 Unique = Callable[[str], str]
-WAVE_GAP_S = 2.0
-
-
-def position(message: dict[str, Any]) -> tuple[str, int, int]:
-    return message["broker"], message["queueId"], message["queueOffset"]
-
-
-def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, int, int], int]:
-    """Store time of every message by queue position, as the official consumer reports it."""
-    return {position(m): m["storeTimestamp"]
-            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
 
 
 # --------------------------------------------------------------------------- 1
@@ -40,10 +30,11 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
         spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
     topic, group = unique("waves"), unique("waves-group")
     create_topic(rocketmq, topic, queues=2)
-    waves = []
+    waves: list[list[dict[str, Any]]] = []
     for wave in range(3):
+        if waves:
+            time.sleep(WAVE_GAP_S)
         waves.append(produce(rocketmq, topic, 60, "--keys", f"w{wave}-{{i}}", "--batch", "10"))
-        time.sleep(WAVE_GAP_S)
     times = store_times(rocketmq, topic, 180)
     start = min(times[position(m)] for m in waves[1])
     end = min(times[position(m)] for m in waves[2])

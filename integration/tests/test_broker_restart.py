@@ -21,8 +21,7 @@ DOWN_S = 5
 
 
 def test_stream_rides_out_a_broker_restart(spark: Any, two_brokers: ClusterHandle, tmp_path: Path) -> None:
-    cluster = two_brokers.cluster
-    assert cluster is not None
+    cluster = two_brokers.started
     topic, group = "restart-topic", "restart-group"
     create_topic(two_brokers, topic, queues=2)
     produce(two_brokers, topic, 200, "--keys", "before-{i}", "--batch", "20")

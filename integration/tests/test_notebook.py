@@ -20,10 +20,11 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, shifted
 from integration.connect import JOB_TIMEOUT_S, ConnectServer, job_env
+from integration.constants import REPO, TRIGGER
 
 pytestmark = pytest.mark.integration
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "examples" / "databricks_notebook.py"
+NOTEBOOK = REPO / "docs" / "examples" / "databricks_notebook.py"
 # Ports of its own, apart from the shared cluster's and the ACL test's.
 NAMESRV_PORT = shifted(21876)
 BROKER_PORT = shifted(22911)
@@ -31,7 +32,6 @@ QUEUES = 2
 FIRST_RUN = 600
 SECOND_RUN = 150
 THIRD_RUN = 400
-INTERVAL = "1 second"
 PER_TRIGGER = "250"
 SIGNED = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
 
@@ -72,7 +72,7 @@ def test_the_notebook_runs_as_a_scheduled_job_would(connect_server: ConnectServe
     # The same checkpoint with an interval trigger, as a notebook that keeps the stream running.
     sent += acl_cluster.tool("produce", "--topic", topic, "--count", str(THIRD_RUN), "--keys", "n3-{i}", *SIGNED)
     third = run_notebook(connect_server, acl_cluster, topic, group, tmp_path,
-                         "--trigger", INTERVAL, "--until-caught-up")
+                         "--trigger", TRIGGER, "--until-caught-up")
 
     for out in (first, second, third):
         assert f"lag: 0 messages behind on {QUEUES} queues" in out, out

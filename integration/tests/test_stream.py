@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from integration.constants import QUERY_TIMEOUT_S
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, collect_available_now, create_topic, first_offsets, max_offsets, produce,
+    ClusterHandle, collect_available_now, create_topic, first_offsets, max_offsets, produce,
     run_available_now, spark_offsets, stored_offsets, stream,
 )
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import BROKER_NAMES, Cluster
+from integration.cluster_config import BROKER_A, BROKER_B, BROKER_NAMES
+from integration.constants import FIRST, POLL_S, STORED_TIMEOUT_S, TRIGGER
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.support import ClusterHandle, create_topic, offsets_and_ends, spark_offsets, stream
@@ -33,7 +34,6 @@ from rocketmq_spark.source.offset_reader import ROUTE_REFRESH_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-BROKER_A, BROKER_B = BROKER_NAMES
 QUEUES_PER_BROKER = 4
 
 # Messages per step. The producer sends PRODUCE_BATCH at a time, to one queue each; to one broker
@@ -46,9 +46,7 @@ LAST = 40
 LATE = 10
 PRODUCE_BATCH = 10
 
-TRIGGER = "1 second"
 PULL_TIMEOUT_MS = "2000"
-FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
 # The frozen-broker test: the retry budget, and a freeze well past it.
 RETRY_BUDGET_MS = 10_000
 FREEZE_S = 25.0
@@ -65,10 +63,8 @@ REPLAY_HOLD_S = 5.0
 REPLAY_RETRY_BUDGET_MS = 180_000
 
 READ_TIMEOUT_S = 120.0
-STORED_TIMEOUT_S = 60.0
 ROUTE_TIMEOUT_S = 120.0
 FLUSH_TIMEOUT_S = 30.0
-POLL_S = 0.5
 SAMPLE = 5
 ERROR_CHARS = 300
 # The last line of a Python traceback: ``package.module.SomeError: message``.
@@ -90,11 +86,6 @@ READ_QUEUES_FIELD = re.compile(r'"readQueueNums"\s*:\s*(\d+)')
 OFFSET_ENTRY = re.compile(r'"?(\d+)"?\s*:\s*(\d+)')
 
 Queue = tuple[str, int]  # (broker, queue id), as the Java tool and the progress reports name a queue
-
-
-def cluster_of(handle: ClusterHandle) -> Cluster:
-    assert handle.cluster is not None, "the module's cluster is started by the module"
-    return handle.cluster
 
 
 # ------------------------------------------------------------------ what was sent
@@ -160,7 +151,7 @@ class Stream:
         self.sink = workdir / "sink"
         self.checkpoint = workdir / "checkpoint"
         self.per_batch = per_batch
-        self.options = {"consumeFromWhere": FIRST_OFFSET, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
+        self.options = {"consumeFromWhere": FIRST, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
         self.query: Any = None
 
     def start(self, available_now: bool = False) -> None:
@@ -301,7 +292,7 @@ def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapp
 
 def read_queue_nums(handle: ClusterHandle, topic: str) -> dict[str, int]:
     """readQueueNums per broker in the name server's route of the topic (none: not routed)."""
-    out = cluster_of(handle).mqadmin("topicRoute", "-t", topic, check=False)
+    out = handle.started.mqadmin("topicRoute", "-t", topic, check=False)
     nums = {}
     for entry in FLAT_OBJECT.findall(out):
         name, reads = BROKER_NAME_FIELD.search(entry), READ_QUEUES_FIELD.search(entry)
@@ -322,7 +313,7 @@ def wait_route(handle: ClusterHandle, topic: str, broker: str, read_queues: int 
 def take_down(handle: ClusterHandle, broker: str, topic: str) -> float:
     """SIGKILL the broker and wait until the topic's route no longer has it; the seconds that took."""
     began = time.monotonic()
-    cluster_of(handle).kill(broker)  # returns once the name server no longer lists it
+    handle.started.kill(broker)  # returns once the name server no longer lists it
     wait_route(handle, topic, broker, None)
     return time.monotonic() - began
 
@@ -330,7 +321,7 @@ def take_down(handle: ClusterHandle, broker: str, topic: str) -> float:
 def bring_back(handle: ClusterHandle, broker: str, topic: str) -> float:
     """Restart the broker on its store and wait until the topic's route has it again; the time
     (monotonic) the name server was seen to list it, which recovery times count from."""
-    cluster_of(handle).restart(broker)  # returns once the name server lists it
+    handle.started.restart(broker)  # returns once the name server lists it
     back = time.monotonic()
     wait_route(handle, topic, broker, QUEUES_PER_BROKER)
     return back
@@ -341,7 +332,7 @@ def wait_offsets_flushed(handle: ClusterHandle, broker: str, topic: str, group: 
     """Until the broker has written the group's offsets of its queues to disk: a broker killed
     before that comes back with older ones, and a query started from them would rightly read
     those messages again."""
-    path = cluster_of(handle).broker_store(broker) / CONSUMER_OFFSETS_FILE
+    path = handle.started.broker_store(broker) / CONSUMER_OFFSETS_FILE
     table = re.compile(rf'"{re.escape(topic)}@{re.escape(group)}"\s*:\s*\{{([^}}]*)\}}')
     wanted = {q: end for q, end in ends.items() if q[0] == broker}
     deadline = time.monotonic() + FLUSH_TIMEOUT_S
@@ -529,7 +520,7 @@ def test_broker_frozen_past_the_retry_budget(spark: Any, two_brokers: ClusterHan
     """A broker that hangs (SIGSTOP) stays in the routes with its connections open, and answers
     nothing for longer than retryBudgetMs: the query reads the other broker meanwhile, lives, and
     reads the hung broker's queues once it answers again."""
-    cluster = cluster_of(two_brokers)
+    cluster = two_brokers.started
     topic, group = unique("topo-frozen"), unique("topo-frozen-group")
     create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
@@ -566,7 +557,7 @@ def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues:
     """Change the topic's readQueueNums on one broker (writeQueueNums stays), as an operator does
     with mqadmin, and wait until the name server's route says so; the time (monotonic) mqadmin
     returned, which recovery times count from (the broker tells the name server at once)."""
-    cluster = cluster_of(handle)
+    cluster = handle.started
     address = cluster.config.broker_addr(BROKER_NAMES.index(broker))
     cluster.mqadmin("updateTopic", "-b", address, "-t", topic, "-r", str(read_queues), "-w", str(QUEUES_PER_BROKER))
     changed = time.monotonic()

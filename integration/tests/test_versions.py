@@ -38,9 +38,13 @@ from typing import Any
 import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterConfig, shifted
+from integration.constants import (
+    COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, FIRST, QUERY_TIMEOUT_S, TRIGGER, WAVE_GAP_S,
+)
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually,
-    fail_batch, first_offsets, max_offsets, produce, run_available_now, source_members, stored_offsets, stream,
+    ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually, fail_batch,
+    first_offsets, max_offsets, position, produce, run_available_now, source_members, store_times, stored_offsets,
+    stream,
 )
 from integration.versions import release, selected_version
 
@@ -49,23 +53,19 @@ pytestmark = pytest.mark.integration
 Unique = Callable[[str], str]
 Position = tuple[str, int, int]
 
-FIRST = "CONSUME_FROM_FIRST_OFFSET"
 LAST = "CONSUME_FROM_LAST_OFFSET"
 TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 QUEUES_PER_BROKER = 2
-# Waves of messages stored this far apart, so no store time is shared between waves.
-WAVE_GAP_S = 2.0
 WAVE = 40
 SEND_BATCH = 10
 # "Aa" and "BB" have the same Java hashCode, so the broker's tag filter lets both through.
 COLLIDING_TAGS = ("Aa", "BB")
-# The Java producer compresses bodies above 4 KiB; --compress picks the algorithm.
-COMPRESSIBLE_BODY_BYTES = 6_000
+# --compress picks the algorithm of the bodies the Java producer compresses.
 COMPRESSIONS = ("ZLIB", "LZ4", "ZSTD")
 BATCH_SIZE = 5
 # Properties not compared with the official consumer's: the consumer adds the MIN/MAX ones after
 # decoding, and UNIQ_KEY of batch-sent messages has a test of its own.
-NOT_COMPARED = ("UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET")
+NOT_COMPARED = ("UNIQ_KEY", *CONSUMER_ADDED_PROPERTIES)
 STORED_AT = 3
 # Every test but mqadmin's runs through the name server and brokers and, on 5.x, once more
 # through the proxy's remoting port (4.9 has no proxy).
@@ -80,25 +80,14 @@ ACL_NAMESRV_PORT = shifted(17876)
 ACL_BROKER_PORT = shifted(18911)
 # What both releases say of a wrong secret ("Check signature failed for accessKey=..." on 4.9).
 ACL_SIGNATURE_FAILED = "check signature failed"
-RESET_TRIGGER = "1 second"
 # The broker setting many production brokers turn off: a group must exist before it is used.
 AUTO_CREATE_GROUPS = "autoCreateSubscriptionGroup"
 # What a broker answers to a pull or commit of a group it does not hold (SUBSCRIPTION_GROUP_NOT_EXIST).
 GROUP_NOT_EXIST = "does not exist"
 
 
-def position(message: dict[str, Any]) -> Position:
-    return message["broker"], message["queueId"], message["queueOffset"]
-
-
 def row_position(row: Any) -> Position:
     return row.brokerName, row.queueId, row.queueOffset
-
-
-def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[Position, int]:
-    """Store time of every message by queue position, as the official consumer reports it."""
-    return {position(m): m["storeTimestamp"]
-            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
 
 
 def two_waves(rocketmq: ClusterHandle, topic: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
@@ -357,7 +346,7 @@ def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Cal
         query = (stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, **options)
                  .select("keys")
                  .writeStream.format("memory").queryName(table)
-                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=RESET_TRIGGER).start())
+                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=TRIGGER).start())
         queries.append(query)
         return Running(query, spark, table)
 
