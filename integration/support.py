@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
-from integration.constants import QUERY_TIMEOUT_S, REPO
+from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO
 from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.model import MS_PER_SECOND
 from rocketmq_spark.remoting import codes
@@ -207,7 +207,7 @@ def wait_rows(query: Any, count: int, timeout_s: float = QUERY_TIMEOUT_S) -> Non
         assert query.exception() is None, query.exception()
         if sum(p["numInputRows"] for p in query.recentProgress) >= count:
             return
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise AssertionError(f"fewer than {count} rows reached the sink in {timeout_s:.0f}s")
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from integration.constants import QUERY_TIMEOUT_S, WAVE_GAP_S
+from integration.constants import POLL_S, QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.support import (
-    ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, position, produce, run_available_now,
-    store_times, stored_offsets, stream, wait_rows,
+    ClusterHandle, batch_read, collect_available_now, create_topic, offsets_and_ends, position, produce,
+    run_available_now, store_times, stored_offsets, stream, wait_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,8 @@ def test_available_now_reads_what_existed_in_limited_batches(
     later = collect_available_now(stream(spark, rocketmq, topic, group, maxMessagesPerTrigger="100"),
                                   tmp_path / "checkpoint")
     assert sorted(r.keys for r in later) == sorted(f"late-{i}" for i in range(20))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_min_messages_waits_for_max_trigger_delay(
@@ -107,7 +108,7 @@ def test_min_messages_waits_for_max_trigger_delay(
             for progress in query.recentProgress:
                 if progress["numInputRows"] > 0:
                     fired = progress
-            time.sleep(0.5)
+            time.sleep(POLL_S)
     finally:
         query.stop()
     assert fired is not None, "the batch never fired after maxTriggerDelay"
@@ -168,13 +169,13 @@ def test_data_loss_under_a_running_query_fails_or_skips(
             deadline = time.monotonic() + QUERY_TIMEOUT_S
             if fail:
                 while query.exception() is None and time.monotonic() < deadline:
-                    time.sleep(0.5)
+                    time.sleep(POLL_S)
                 assert query.exception() is not None, "the query went on past lost data"
                 assert re.search(rf"{topic}/broker-a/0: offsets .*failOnDataLoss=false", str(query.exception()))
             else:
                 while not {f"after-{i}" for i in range(5)} <= set(keys) and time.monotonic() < deadline:
                     assert query.exception() is None, query.exception()
-                    time.sleep(0.5)
+                    time.sleep(POLL_S)
                 assert sorted(keys) == sorted([f"before-{i}" for i in range(30)] + [f"after-{i}" for i in range(5)])
         finally:
             query.stop()

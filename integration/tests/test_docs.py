@@ -24,7 +24,7 @@ import pytest
 
 from integration.cluster_config import PORT_OFFSET
 from integration.connect import job_env
-from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, REPO
+from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, REPO
 from integration.lines import Dist, run
 from integration.snippets import ILLUSTRATIVE, TESTED, all_blocks, documented, shell, substitute
 from integration.support import ClusterHandle
@@ -115,7 +115,7 @@ def console_bodies(command: str, cwd: Path, env: dict[str, str]) -> set[str]:
             if len(bodies) >= HELLO_MESSAGES:
                 return bodies
             assert process.poll() is None, f"{command} exited ({process.returncode}):\n{text[-OUTPUT_TAIL_CHARS:]}"
-            time.sleep(1)
+            time.sleep(POLL_S)
         raise AssertionError(f"{command} showed no batch of {HELLO_MESSAGES} in {HELLO_TIMEOUT_S:.0f}s:\n"
                              f"{text[-OUTPUT_TAIL_CHARS:]}")
     finally:

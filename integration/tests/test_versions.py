@@ -43,8 +43,8 @@ from integration.constants import (
 )
 from integration.support import (
     ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually, fail_batch,
-    first_offsets, max_offsets, position, produce, run_available_now, source_members, store_times, stored_offsets,
-    stream,
+    first_offsets, max_offsets, offsets_and_ends, position, produce, run_available_now, source_members, store_times,
+    stored_offsets, stream,
 )
 from integration.versions import release, selected_version
 
@@ -122,7 +122,8 @@ def test_first_on_a_fresh_topic_starts_at_each_queues_min_offset(
     df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST)
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(map(row_position, rows)) == sorted(map(position, sent))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
@@ -134,7 +135,8 @@ def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
     df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=LAST)
     rows = collect_available_now(df, tmp_path / "c")
     assert [row_position(r) for r in rows] == []
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_timestamp_start_of_a_new_group_reads_from_the_first_message_at_or_after_it(
@@ -182,7 +184,8 @@ def test_tag_filter_with_hash_colliding_tags(
                 subExpression=COLLIDING_TAGS[0])
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in sent if m["tags"] == COLLIDING_TAGS[0])
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic), "filtered offsets are consumed"
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends, "filtered offsets are consumed"
 
 
 def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
@@ -194,7 +197,8 @@ def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique
                 subExpression="seq >= 10 AND seq < 25 AND color = 'red'")
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(int(r.properties["seq"]) for r in rows) == list(range(10, 25))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- message shapes
@@ -307,7 +311,8 @@ def test_exactly_once_across_a_restart(
     run_available_now(source(), checkpoint, write)
     keys = Counter(row.keys for row in spark.read.parquet(str(sink)).select("keys").collect())
     assert keys == Counter(m["keys"] for m in first + second), "a message is missing or came twice"
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- an operator's reset
@@ -513,7 +518,8 @@ def test_a_stream_reads_and_commits_as_a_group_the_operator_created_on_a_strict_
     rocketmq.mqadmin("updateSubGroup", "-c", CLUSTER_NAME, "-g", group)
     rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
     assert sorted(map(row_position, rows)) == sorted(map(position, sent))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- authentication
