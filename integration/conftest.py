@@ -30,6 +30,9 @@ from tests.listeners import closed_port
 # its own, apart from every other cluster of a run.
 TWO_BROKERS_NAMESRV_PORT = shifted(11876)
 TWO_BROKERS_PORTS = (shifted(12911), shifted(12921))
+# The one-broker cluster with authentication on: ports of its own too.
+ACL_NAMESRV_PORT = shifted(19876)
+ACL_BROKER_PORT = shifted(20911)
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +56,8 @@ def rocketmq() -> Iterator[ClusterHandle]:
 def two_broker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """Two brokers of a cluster of the module's own, started once for the module; tests use
     ``two_brokers``."""
-    with own_cluster(tmp_path_factory.mktemp("two-brokers"), brokers=2, namesrv_port=TWO_BROKERS_NAMESRV_PORT,
-                     broker_ports=TWO_BROKERS_PORTS) as handle:
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("two-brokers"), brokers=2,
+                                   namesrv_port=TWO_BROKERS_NAMESRV_PORT, broker_ports=TWO_BROKERS_PORTS)) as handle:
         yield handle
 
 
@@ -69,6 +72,16 @@ def two_brokers(two_broker_cluster: ClusterHandle) -> Iterator[ClusterHandle]:
             cluster.thaw(name)
         else:
             cluster.restart(name)
+
+
+@pytest.fixture(scope="session")
+def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One broker of the release with authentication on (ACL 2.0 on 5.x, plain_acl.yml on 4.9,
+    its user ACL_USER), which every test of a run that signs its requests shares: test_acl,
+    test_notebook and test_versions each put topics of their own on it."""
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("acl-cluster"), brokers=1, acl=True,
+                                   namesrv_port=ACL_NAMESRV_PORT, broker_ports=(ACL_BROKER_PORT,))) as handle:
+        yield handle.started
 
 
 _counter = itertools.count()

@@ -82,11 +82,11 @@ class ClusterHandle:
 
 
 @contextmanager
-def own_cluster(workdir: Path, **config: Any) -> Iterator[ClusterHandle]:
-    """A cluster of a module's own (``config``: ClusterConfig's fields, its ports apart from every
-    other cluster's), so that what its tests do to servers disturbs no other test; killed at the
-    end, as nobody opens its stores again."""
-    cluster = Cluster(ClusterConfig(workdir=workdir, **config)).start()
+def own_cluster(config: ClusterConfig) -> Iterator[ClusterHandle]:
+    """A cluster apart from the shared one (its ports apart from every other cluster's), so that
+    what its tests do to servers disturbs no other test; killed at the end, as nobody opens its
+    stores again."""
+    cluster = Cluster(config).start()
     try:
         proxy = cluster.config.proxy_addr if cluster.config.proxy else None
         yield ClusterHandle(cluster.namesrv_addr, proxy, cluster, cluster.version)

@@ -36,7 +36,7 @@ from integration.faults import (
 )
 from integration.relay import DELAY_MS, RELAY_HOST, Mode, Relay
 from integration.javatool import run_tool
-from integration.support import ClusterHandle, create_topic
+from integration.support import ClusterHandle, create_topic, own_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -72,14 +72,10 @@ CUT_S = 20.0
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Relay]]:
     """The fault cluster, with the relay in front of broker-b passing everything through."""
-    config = fault_cluster(tmp_path_factory.mktemp("fault-cluster"))
     port = BROKER_PORTS[BROKER_NAMES.index(RELAYED_BROKER)]
-    with Relay((RELAY_HOST, port), (LOOPBACK, port)) as relay:
-        cluster = Cluster(config).start()
-        try:
-            yield ClusterHandle(config.namesrv_addr, None, cluster), relay
-        finally:
-            cluster.stop(at_once=True)
+    config = fault_cluster(tmp_path_factory.mktemp("fault-cluster"))
+    with Relay((RELAY_HOST, port), (LOOPBACK, port)) as relay, own_cluster(config) as handle:
+        yield handle, relay
 
 
 class Scenario:

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig, shifted
-from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, collect_available_now, fail_query
+from integration.support import (
+    FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, collect_available_now, fail_query, own_cluster,
+)
 from integration.tls_setup import TLS_DISABLED, TLS_ENFORCING
 from rocketmq_spark.model import MS_PER_SECOND, ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -66,20 +68,15 @@ class TlsCluster:
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    cluster = Cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("tls-cluster"), brokers=1, tls=TLS_ENFORCING,
-                                    namesrv_port=TLS_NAMESRV_PORT, broker_ports=(TLS_BROKER_PORT,)))
-    plain = Cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("plain-namesrv"), brokers=0, tls=TLS_DISABLED,
-                                  namesrv_port=PLAIN_NAMESRV_PORT))
-    try:
-        cluster.start()
-        plain.start()
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("tls-cluster"), brokers=1, tls=TLS_ENFORCING,
+                                   namesrv_port=TLS_NAMESRV_PORT, broker_ports=(TLS_BROKER_PORT,))) as tls, \
+            own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("plain-namesrv"), brokers=0, tls=TLS_DISABLED,
+                                      namesrv_port=PLAIN_NAMESRV_PORT)) as plain:
+        cluster = tls.started
         cluster.tool("create-topic", "--topic", TOPIC, "--queues", str(QUEUES))
         sent = cluster.tool("produce", "--topic", TOPIC, "--count", str(MESSAGES), "--keys", "tls-{i}")
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
         yield TlsCluster(cluster, plain.namesrv_addr)
-    finally:
-        plain.stop(at_once=True)
-        cluster.stop(at_once=True)
 
 
 def keys_of(rows: list[Any]) -> list[str]:

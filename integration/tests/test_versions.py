@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterConfig, shifted
+from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster
 from integration.constants import (
     COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, FIRST, QUERY_TIMEOUT_S, TRIGGER, WAVE_GAP_S,
 )
@@ -75,9 +76,6 @@ ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_
 PER_TRIGGER = 15
 FAILING_BATCH = 2
 SINK_FAILURE = "the sink failed on purpose"
-# The authentication cluster's own ports, apart from the shared cluster's and test_acl's.
-ACL_NAMESRV_PORT = shifted(17876)
-ACL_BROKER_PORT = shifted(18911)
 # What both releases say of a wrong secret ("Check signature failed for accessKey=..." on 4.9).
 ACL_SIGNATURE_FAILED = "check signature failed"
 # The broker setting many production brokers turn off: a group must exist before it is used.
@@ -539,23 +537,17 @@ class Secured:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    """ACL 1.0 on 4.9 (aclEnable, plain_acl.yml), ACL 2.0 on 5.x (authenticationEnabled); both
-    take the same signature, which the official client's RPC hook and the source compute."""
-    config = ClusterConfig(workdir=tmp_path_factory.mktemp("acl-cluster"), brokers=1, acl=True,
-                           namesrv_port=ACL_NAMESRV_PORT, broker_ports=(ACL_BROKER_PORT,))
-    cluster = Cluster(config)
-    cluster.start()
-    try:
-        keys = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
-        topic = "v-acl-topic"
-        cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), *keys)
-        cluster.tool("produce", "--topic", topic, "--count", str(WAVE), "--keys", "acl-{i}", *keys)
-        sent = cluster.tool("consume", "--topic", topic, "--count", str(WAVE), "--print", *keys)
-        assert len(sent) == WAVE
-        yield Secured(cluster, topic, sent)
-    finally:
-        cluster.stop(at_once=True)
+def secured(acl_cluster: Cluster) -> Secured:
+    """conftest's cluster with authentication on: ACL 1.0 on 4.9 (aclEnable, plain_acl.yml), ACL
+    2.0 on 5.x (authenticationEnabled); both take the same signature, which the official client's
+    RPC hook and the source compute."""
+    keys = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
+    topic = f"v-acl-topic-{uuid.uuid4().hex[:8]}"
+    acl_cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), *keys)
+    acl_cluster.tool("produce", "--topic", topic, "--count", str(WAVE), "--keys", "acl-{i}", *keys)
+    sent = acl_cluster.tool("consume", "--topic", topic, "--count", str(WAVE), "--print", *keys)
+    assert len(sent) == WAVE
+    return Secured(acl_cluster, topic, sent)
 
 
 def read_keys(spark: Any, options: dict[str, str]) -> list[str]:
