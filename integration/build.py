@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.constants import OUTPUT_TAIL_CHARS
 from integration.versions import release
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
@@ -25,8 +26,6 @@ TOOL_JAR = TOOL_TARGET / "rocketmq-spark-it-tool.jar"
 TOOL_CLASSPATH_FILE = TOOL_TARGET / "classpath.txt"
 BUILD_LOCK_NAME = ".build.lock"
 ROCKETMQ_GROUP = "org.apache.rocketmq"
-# How much of Maven's output a failed build reports.
-MAVEN_OUTPUT_TAIL = 4000
 
 
 class BuildError(RuntimeError):
@@ -62,7 +61,7 @@ def _maven(pom: Path, *args: str, goal: str | None = "package") -> None:
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"mvn {' '.join(goals)} ({pom.name} {' '.join(args)}) failed:\n"
-                         f"{result.stdout[-MAVEN_OUTPUT_TAIL:]}\n{result.stderr[-MAVEN_OUTPUT_TAIL:]}")
+                         f"{result.stdout[-OUTPUT_TAIL_CHARS:]}\n{result.stderr[-OUTPUT_TAIL_CHARS:]}")
 
 
 def _locked_build(needed: Callable[[], bool], build: Callable[[], None]) -> None:

@@ -32,17 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from integration.cluster import run_tool
+from integration.cluster_config import BROKER_A
+from integration.constants import COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, POLL_S, PULL_BATCH, REPO
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand, encode_frame
 
-REPO = Path(__file__).resolve().parents[1]
-
 EXPECTATIONS_FILE = "captured.json"
-BROKER = "broker-a"
-PULL_BATCH = 32
-COMPRESSIBLE_BODY_BYTES = 5_000
 REQUEST_OPAQUE = 4242
 REQUEST_TIMEOUT_S = 10.0
 LENGTH_FIELD_BYTES = 4
@@ -54,9 +51,6 @@ CONSUMER_SEND_MSG_BACK = 36
 SEND_BACK_DELAY_LEVEL = 1
 MAX_RECONSUME_TIMES = 16
 RETRY_WAIT_S = 60.0
-POLL_S = 0.5
-# Properties only the Java consumer adds after decoding (PullAPIWrapper.processPullResult).
-CONSUMER_ADDED_PROPERTIES = ("MIN_OFFSET", "MAX_OFFSET")
 TOPIC_LENGTH_V1_MAX = 127
 # offsetMsgId: hex of store IPv4 and port (16 digits), then of the commit-log offset.
 OFFSET_MSG_ID_HOST_DIGITS = 16
@@ -81,11 +75,11 @@ class Capture:
     def topic(self, prefix: str, *attributes: str) -> str:
         topic = self.name(prefix)
         extra = [arg for attribute in attributes for arg in ("--attr", attribute)]
-        self.tool("create-topic", "--topic", topic, "--queues", "1", "--brokers", BROKER, *extra)
+        self.tool("create-topic", "--topic", topic, "--queues", "1", "--brokers", BROKER_A, *extra)
         return topic
 
     def produce(self, topic: str, count: int, *args: str) -> list[dict[str, Any]]:
-        rows = self.tool("produce", "--topic", topic, "--count", str(count), "--broker", BROKER, "--queue", "0",
+        rows = self.tool("produce", "--topic", topic, "--count", str(count), "--broker", BROKER_A, "--queue", "0",
                          "--print-body", *args)
         if [row["status"] for row in rows] != ["SEND_OK"] * count:
             raise RuntimeError(f"producing to {topic} failed: {rows}")
@@ -100,9 +94,9 @@ class Capture:
         return sorted(rows, key=lambda row: row["queueOffset"])
 
     def address(self, topic: str) -> str:
-        address = self.client.topic_route(topic).master_address(BROKER)
+        address = self.client.topic_route(topic).master_address(BROKER_A)
         if address is None:
-            raise RuntimeError(f"no master address for {BROKER}")
+            raise RuntimeError(f"no master address for {BROKER_A}")
         return address
 
     def raw_pull(self, topic: str, group: str, address: str | None = None) -> bytes:
@@ -110,7 +104,7 @@ class Capture:
         command = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, {
             "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": PULL_BATCH,
             "sysFlag": codes.PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": "*", "subVersion": 0, "expressionType": "TAG", "bname": BROKER,
+            "subscription": "*", "subVersion": 0, "expressionType": "TAG", "bname": BROKER_A,
         })
         command.opaque = REQUEST_OPAQUE
         host, _, port = (address or self.address(topic)).rpartition(":")
@@ -181,15 +175,15 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     (sent,) = cap.produce(source, 1, "--tags", "TagL", "--keys", "long-key", "--body", "sent back to a long topic")
     address = cap.address(source)
     # A pull creates the group, which the broker wants before it takes a message back.
-    cap.client.pull(address, MessageQueue(source, BROKER, 0), 0, group=group, max_messages=1)
+    cap.client.pull(address, MessageQueue(source, BROKER_A, 0), 0, group=group, max_messages=1)
     response = cap.client.invoke(address, CONSUMER_SEND_MSG_BACK, {
         "offset": int(sent["offsetMsgId"][OFFSET_MSG_ID_HOST_DIGITS:], 16), "group": group,
         "delayLevel": SEND_BACK_DELAY_LEVEL, "originMsgId": sent["msgId"], "originTopic": source,
-        "unitMode": False, "maxReconsumeTimes": MAX_RECONSUME_TIMES, "bname": BROKER,
+        "unitMode": False, "maxReconsumeTimes": MAX_RECONSUME_TIMES, "bname": BROKER_A,
     })
     if response.code != codes.ResponseCode.SUCCESS:
         raise RuntimeError(f"send-back refused: {response.code} {response.remark}")
-    retry_queue = MessageQueue(retry_topic, BROKER, 0)
+    retry_queue = MessageQueue(retry_topic, BROKER_A, 0)
     deadline = time.monotonic() + RETRY_WAIT_S
     while cap.client.max_offset(address, retry_queue) == 0:
         if time.monotonic() > deadline:

@@ -35,11 +35,12 @@ from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
     ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LOOPBACK, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, broker_store,
+    PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, broker_store,
     config_from_json,
     config_to_json, namesrv_name,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
+from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S
 from integration.javatool import TOOL_HEAP, run_tool, tool_command
 from integration.processes import (
     READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, send_signal, spawn, terminate, wait_ready,
@@ -71,8 +72,6 @@ PROXY_READY = "rocketmq-proxy startup successfully"
 NAMESRV_HEAP = ("-Xms128m", "-Xmx256m")
 BROKER_HEAP = ("-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=1g")
 PROXY_HEAP = ("-Xms256m", "-Xmx512m")
-POLL_S = 0.2
-OUTPUT_TAIL = 3000
 MQADMIN_FAILED = "SubCommandException"
 
 
@@ -328,8 +327,8 @@ class Cluster:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         # mqadmin exits 0 when a sub-command fails; only its stderr tells.
         if check and (result.returncode != 0 or MQADMIN_FAILED in result.stderr):
-            raise ClusterError(f"mqadmin {' '.join(args)} failed:\n{result.stdout[-OUTPUT_TAIL:]}\n"
-                               f"{result.stderr[-OUTPUT_TAIL:]}")
+            raise ClusterError(f"mqadmin {' '.join(args)} failed:\n{result.stdout[-OUTPUT_TAIL_CHARS:]}\n"
+                               f"{result.stderr[-OUTPUT_TAIL_CHARS:]}")
         return result.stdout
 
 

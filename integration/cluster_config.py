@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from integration.build import jars
+from integration.constants import LOOPBACK
 from integration.tls_setup import TLS_DISABLED
 from integration.tls_setup import proxy_settings as tls_proxy_settings
 from integration.versions import DEFAULT_VERSION, AclStyle, LogbackStyle, Release, release, selected_version
 
 CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
-LOOPBACK = "127.0.0.1"
+BROKER_A, BROKER_B = BROKER_NAMES
 PROXY_MODE_CLUSTER = "cluster"
 PROXY_MODE_LOCAL = "local"
 

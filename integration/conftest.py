@@ -13,20 +13,26 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.cluster import Cluster, ClusterConfig
+from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.connect import ConnectServer
+from integration.constants import REPO
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
-from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream
+from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
 
-REPO = Path(__file__).resolve().parent.parent
+# The two-broker cluster of the tests that stop, kill, freeze or reconfigure a broker: ports of
+# its own, apart from every other cluster of a run.
+TWO_BROKERS_NAMESRV_PORT = shifted(11876)
+TWO_BROKERS_PORTS = (shifted(12911), shifted(12921))
+# The one-broker cluster with authentication on: ports of its own too.
+ACL_NAMESRV_PORT = shifted(19876)
+ACL_BROKER_PORT = shifted(20911)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +50,38 @@ def rocketmq() -> Iterator[ClusterHandle]:
         yield ClusterHandle(config.namesrv_addr, config.proxy_addr if config.proxy else None, cluster, version)
     finally:
         cluster.stop(at_once=True)
+
+
+@pytest.fixture(scope="module")
+def two_broker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """Two brokers of a cluster of the module's own, started once for the module; tests use
+    ``two_brokers``."""
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("two-brokers"), brokers=2,
+                                   namesrv_port=TWO_BROKERS_NAMESRV_PORT, broker_ports=TWO_BROKERS_PORTS)) as handle:
+        yield handle
+
+
+@pytest.fixture
+def two_brokers(two_broker_cluster: ClusterHandle) -> Iterator[ClusterHandle]:
+    """The module's two brokers; whatever a test did to one (even failing half-way), both run
+    again afterwards, for the tests that follow."""
+    yield two_broker_cluster
+    cluster = two_broker_cluster.started
+    for name in BROKER_NAMES:
+        if cluster.running(name):
+            cluster.thaw(name)
+        else:
+            cluster.restart(name)
+
+
+@pytest.fixture(scope="session")
+def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One broker of the release with authentication on (ACL 2.0 on 5.x, plain_acl.yml on 4.9,
+    its user ACL_USER), which every test of a run that signs its requests shares: test_acl,
+    test_notebook and test_versions each put topics of their own on it."""
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("acl-cluster"), brokers=1, acl=True,
+                                   namesrv_port=ACL_NAMESRV_PORT, broker_ports=(ACL_BROKER_PORT,))) as handle:
+        yield handle.started
 
 
 _counter = itertools.count()

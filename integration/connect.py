@@ -19,17 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from integration.cluster_config import LOOPBACK, shifted
+from integration.cluster_config import shifted
+from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, SPARK_READY_TIMEOUT_S, STOP_TIMEOUT_S
 from integration.processes import port_open, tail
 from integration.sparkjobs import SERVE_READY
 
 SPARKJOBS = Path(__file__).resolve().parent / "sparkjobs.py"
 SPARK_CONNECT_DEFAULT_PORT = 15002
 CONNECT_PORT = int(os.environ.get("ROCKETMQ_SPARK_CONNECT_PORT", shifted(SPARK_CONNECT_DEFAULT_PORT)))
-READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 30.0
 JOB_TIMEOUT_S = 600.0
-POLL_S = 0.5
+# What a Spark Connect client's session reports as its module.
+CONNECT_CLIENT = "pyspark.sql.connect.session"
 # The tests' own session exports these for its workers; a job or server of another
 # interpreter must choose its own, and must not mistake itself for a Connect client.
 INHERITED_SPARK_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
@@ -69,7 +69,7 @@ class ConnectServer:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir,
                 env=job_env(), start_new_session=True,
             )
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + SPARK_READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ConnectError(f"the Connect server exited ({self.process.returncode}):\n{tail(str(self.log))}")
@@ -77,7 +77,7 @@ class ConnectServer:
                 return self
             time.sleep(POLL_S)
         self.stop()
-        raise ConnectError(f"the Connect server was not ready in {READY_TIMEOUT_S:.0f}s:\n{tail(str(self.log))}")
+        raise ConnectError(f"the Connect server was not ready in {SPARK_READY_TIMEOUT_S:.0f}s:\n{tail(str(self.log))}")
 
     def stop(self) -> None:
         """SIGTERM (the server stops Spark), then SIGKILL to its process group if it lingers."""
@@ -105,7 +105,7 @@ def run_job(job: str, args: Sequence[str], cwd: Path, python: str = sys.executab
                           cwd=cwd, env=job_env(), timeout=JOB_TIMEOUT_S, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise ConnectError(f"job {job} gave no answer (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        raise ConnectError(f"job {job} gave no answer (exit {done.returncode}):\n{done.stderr[-OUTPUT_TAIL_CHARS:]}")
     answer: dict[str, Any] = json.loads(lines[-1])
     return answer
 
@@ -113,7 +113,8 @@ def run_job(job: str, args: Sequence[str], cwd: Path, python: str = sys.executab
 def job_result(job: str, args: Sequence[str], cwd: Path, python: str = sys.executable) -> dict[str, Any]:
     answer = run_job(job, args, cwd, python)
     if "error" in answer:
-        raise ConnectError(f"job {job} failed: {answer['error']['type']}: {answer['error']['message'][:4000]}")
+        error = answer["error"]
+        raise ConnectError(f"job {job} failed: {error['type']}: {error['message'][:OUTPUT_TAIL_CHARS]}")
     result: dict[str, Any] = answer["result"]
     return result
 

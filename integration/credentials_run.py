@@ -15,9 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from integration.constants import QUERY_TIMEOUT_S
 from integration.spark import local_spark
-
-QUERY_TIMEOUT_S = 300
 
 
 def _reader(spark: Any, kind: str, options: dict[str, str]) -> Any:

@@ -25,30 +25,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from integration.cluster_config import BROKER_NAMES, LOOPBACK, ClusterConfig, shifted
-from integration.connect import job_env
+from integration.cluster_config import BROKER_NAMES, ClusterConfig, shifted
+from integration.connect import SPARKJOBS, job_env
+from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, STORED_TIMEOUT_S
 from integration.javatool import json_lines, tool_command
+from integration.relay import RELAY_HOST
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
 
 NAMESRV_PORTS = (shifted(26876), shifted(26886))
 BROKER_PORTS = (shifted(27911), shifted(27921))
-RELAY_HOST = "127.0.0.2"
 RELAYED_BROKER = BROKER_NAMES[1]
 # Brokers register every 10 s (the least RocketMQ accepts; 30 s by default), so that a name
 # server started again learns the routes soon.
 REGISTER_PERIOD_MS = 10_000
 
-SPARKJOBS = Path(__file__).resolve().parent / "sparkjobs.py"
 # Four attempts per task, as a cluster's spark.task.maxFailures gives (local mode's default is one).
 MASTER = "local[2,4]"
 JOB_START_TIMEOUT_S = 180.0
 JOB_EXIT_TIMEOUT_S = 300.0
 PRODUCER_TIMEOUT_S = 180.0
-POLL_S = 0.2
 KILL_WAIT_S = 30.0
-LOG_TAIL_CHARS = 4000
-STORED_TIMEOUT_S = 120.0
 
 
 def fault_cluster(workdir: Path) -> ClusterConfig:
@@ -103,7 +100,7 @@ class Producer:
 
     def _failed(self) -> AssertionError:
         return AssertionError(f"the producer failed (exit {self.proc.returncode}):\n"
-                              f"{self.err.read_text()[-LOG_TAIL_CHARS:]}")
+                              f"{self.err.read_text()[-OUTPUT_TAIL_CHARS:]}")
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -190,7 +187,7 @@ class StreamJob:
             return {"error": {"type": "exit", "message": f"exit {self.proc.returncode}:\n{self.tail()}"}}
         return dict(json.loads(lines[-1]))
 
-    def tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+    def tail(self, chars: int = OUTPUT_TAIL_CHARS) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from integration.build import BuildError, tool_classpath
 from integration.cluster_config import DEFAULT_WORKDIR, ClusterError, jar_logback_config
+from integration.constants import OUTPUT_TAIL_CHARS
 from integration.processes import ProcessError, java_command
 from integration.tls_setup import client_properties
 from integration.versions import JDK17_FLAGS
@@ -23,7 +24,6 @@ TOOL_MAIN = "io.rocketmqspark.it.Tool"
 # The tool runs on the official 5.x client, whatever release the brokers run.
 TOOL_LOGBACK_DIR = "tool"
 TOOL_HEAP = ("-Xms64m", "-Xmx512m")
-ERROR_TAIL = 4000
 
 
 def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
@@ -58,5 +58,5 @@ def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAUL
     cmd = tool_command(namesrv_addr, command, *args, workdir=workdir, tls=tls)
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
     if check and result.returncode != 0:
-        raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-ERROR_TAIL:]}")
+        raise ClusterError(f"tool {command} failed (exit {result.returncode}):\n{result.stderr[-OUTPUT_TAIL_CHARS:]}")
     return json_lines(result.stdout)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.connect import SPARKJOBS, job_env
+from integration.constants import OUTPUT_TAIL_CHARS, POLL_S
 from integration.sparkjobs import ANSWER_SUFFIX, END_OP, REQUEST_SUFFIX, write_whole
 
 # The newest release of each PySpark 4 line the suite's own virtualenv (4.3) does not cover.
@@ -37,8 +38,6 @@ INSTALL_TIMEOUT_S = 1200.0
 PROBE_TIMEOUT_S = 120.0
 ANSWER_TIMEOUT_S = 600.0
 END_TIMEOUT_S = 60.0
-POLL_S = 0.1
-OUTPUT_TAIL = 4000
 FIND_PYSPARK = "import pyspark, os; print(pyspark.__version__); print(os.path.dirname(pyspark.__file__))"
 # pip's lines that name the packages it fetches, removes or installs.
 PIP_ACTIVITY = re.compile(r"^(Collecting|Downloading|Uninstalling|Successfully uninstalled|Installing collected "
@@ -108,7 +107,7 @@ def run(*cmd: str, cwd: Path, timeout: float = INSTALL_TIMEOUT_S) -> str:
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                           env=job_env(), timeout=timeout, check=False)
     if done.returncode != 0:
-        raise LineError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-OUTPUT_TAIL:]}")
+        raise LineError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-OUTPUT_TAIL_CHARS:]}")
     return done.stdout
 
 
@@ -179,7 +178,7 @@ class UnitRun:
     def wait(self, timeout: float) -> tuple[int, str]:
         """The run's exit code and the end of its output."""
         code = self.process.wait(timeout)
-        return code, self.output.read_text(errors="replace")[-OUTPUT_TAIL:]
+        return code, self.output.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:]
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -206,7 +205,8 @@ class Driver:
         """Send one request and wait for its answer; Spark's error, if it refused, as LineError."""
         answer = self._ask(op, args)
         if "error" in answer:
-            raise LineError(f"{op} failed: {answer['error']['type']}: {answer['error']['message'][:OUTPUT_TAIL]}\n"
+            error = answer["error"]
+            raise LineError(f"{op} failed: {error['type']}: {error['message'][:OUTPUT_TAIL_CHARS]}\n"
                             f"The Spark process's log, stack traces left out:\n{self.notices()}")
         return answer["result"]
 
@@ -225,12 +225,12 @@ class Driver:
         return answer
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")[-OUTPUT_TAIL:]
+        return self.log.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:]
 
     def notices(self) -> str:
         """The end of the log without Java stack frames: the warnings and errors a failure follows."""
         lines = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(line for line in lines if not STACK_FRAME.match(line))[-OUTPUT_TAIL:]
+        return "\n".join(line for line in lines if not STACK_FRAME.match(line))[-OUTPUT_TAIL_CHARS:]
 
     def end(self) -> None:
         """Ask the process to stop its queries and Spark; end its process group if it lingers."""

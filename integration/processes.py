@@ -17,10 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-LOOPBACK = "127.0.0.1"
+from integration.constants import LOOPBACK, POLL_S, STOP_TIMEOUT_S
+
 READY_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 30.0
-POLL_S = 0.2
 LOG_TAIL_LINES = 40
 
 

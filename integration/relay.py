@@ -36,8 +36,15 @@ from dataclasses import dataclass, field
 from rocketmq_spark.model import MS_PER_SECOND
 
 CHUNK_BYTES = 64 * 1024
-START_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 10.0
+# The relay's own event loop answers a call (a start, a mode switch) and stops in well under a
+# second: this bounds both, far below the harness's timeouts for a JVM.
+LOOP_TIMEOUT_S = 10.0
+# The second loopback address a relay listens on, which a broker can register as its own while
+# it listens on 127.0.0.1.
+RELAY_HOST = "127.0.0.2"
+# The hold of DELAY the tests use: a round trip through the relay takes 0.6 s longer, which the
+# relay's own test measures and a stream must ride out.
+DELAY_MS = 300
 # SO_LINGER on, with a zero timeout: close() then sends RST instead of FIN.
 RST_LINGER = struct.pack("ii", 1, 0)
 
@@ -110,7 +117,7 @@ class Relay:
             return
         self._run(self._close_all())
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(STOP_TIMEOUT_S)
+        self._thread.join(LOOP_TIMEOUT_S)
         self._loop.close()
 
     def set_mode(self, mode: Mode, delay_ms: int = 0) -> None:
@@ -119,7 +126,7 @@ class Relay:
         self._run(self._set(mode))
 
     def _run(self, coro: object) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(START_TIMEOUT_S)  # type: ignore[arg-type]
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(LOOP_TIMEOUT_S)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------- in the loop
 

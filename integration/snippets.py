@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from integration.constants import REPO
+
 MARKER = re.compile(r"^<!--\s*(tested|illustrative):\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^\s*```")
 COMMAND_TIMEOUT_S = 600.0

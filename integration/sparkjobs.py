@@ -35,17 +35,18 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
+    from integration.constants import LOOPBACK, QUERY_TIMEOUT_S
     from integration.spark import local_spark
 else:
-    # Run by path: integration/spark.py (the local session the whole harness shares) is found
-    # in this file's own folder, and nothing of the checkout beyond it.
+    # Run by path: integration/spark.py (the local session the whole harness shares) and
+    # integration/constants.py are found in this file's own folder, and nothing of the checkout
+    # beyond them.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from constants import LOOPBACK, QUERY_TIMEOUT_S
     from spark import local_spark
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
-LOOPBACK = "127.0.0.1"
 SERVE_READY = "spark connect server ready"
-QUERY_TIMEOUT_S = 300
 SERVER_DRIVER_MEMORY = "1g"
 # What ``follow`` writes: enough to check each message arrived once, and where it came from.
 FOLLOW_COLUMNS = ("CAST(body AS STRING) AS body", "keys", "brokerName", "queueId", "queueOffset")

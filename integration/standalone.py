@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pyspark
 
-from integration.cluster_config import LOOPBACK, shifted
+from integration.cluster_config import shifted
 from integration.connect import job_env
+from integration.constants import LOOPBACK, POLL_S, SPARK_READY_TIMEOUT_S, STOP_TIMEOUT_S
 from integration.processes import port_open, tail
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -33,9 +34,6 @@ WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 # How the master's log says a worker joined.
 WORKER_REGISTERED = "Registering worker"
-READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 30.0
-POLL_S = 0.5
 
 
 class StandaloneError(RuntimeError):
@@ -89,7 +87,7 @@ class StandaloneCluster:
         return self
 
     def _wait_workers(self, master_log: Path) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + SPARK_READY_TIMEOUT_S
         while time.monotonic() < deadline:
             for process in self.processes:
                 if process.poll() is not None:
@@ -97,7 +95,7 @@ class StandaloneCluster:
             if master_log.read_text(errors="replace").count(WORKER_REGISTERED) >= len(WORKER_PORTS):
                 return
             time.sleep(POLL_S)
-        raise StandaloneError(f"the workers did not register in {READY_TIMEOUT_S:.0f}s:\n{tail(str(master_log))}")
+        raise StandaloneError(f"the workers did not register in {SPARK_READY_TIMEOUT_S:.0f}s:\n{tail(str(master_log))}")
 
     def stop(self) -> None:
         """SIGTERM to each daemon's process group, SIGKILL to any that lingers."""

@@ -15,15 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.cluster import Cluster, run_tool, tool_command
+from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
+from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO
 from integration.versions import DEFAULT_VERSION, release
+from rocketmq_spark.model import MS_PER_SECOND
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
 from rocketmq_spark.source.group import is_source_client
 
-QUERY_TIMEOUT_S = 300
-REPO = Path(__file__).resolve().parent.parent
+# Queries that must fail at once: the request timeout they run with, and what a failing query
+# may add to Spark's own time, three request timeouts.
+FAIL_FAST_TIMEOUT_MS = 3000
+FAIL_FAST_LIMIT_S = 3 * FAIL_FAST_TIMEOUT_MS / MS_PER_SECOND
 # consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
 PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
 # consumerConnection prints its members under this header, up to a blank line.
@@ -66,10 +70,28 @@ class ClusterHandle:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""
         return run_tool(self.namesrv_addr, command, *args, tls=self.tls, **kwargs)
 
-    def mqadmin(self, *args: str) -> str:
+    @property
+    def started(self) -> Cluster:
+        """The cluster, for what needs one this run started: mqadmin, or a server to stop."""
         if self.cluster is None:
-            raise RuntimeError("mqadmin needs a cluster started by this run")
-        return self.cluster.mqadmin(*args)
+            raise RuntimeError("this needs a cluster started by this run, not ROCKETMQ_NAMESRV's")
+        return self.cluster
+
+    def mqadmin(self, *args: str) -> str:
+        return self.started.mqadmin(*args)
+
+
+@contextmanager
+def own_cluster(config: ClusterConfig) -> Iterator[ClusterHandle]:
+    """A cluster apart from the shared one (its ports apart from every other cluster's), so that
+    what its tests do to servers disturbs no other test; killed at the end, as nobody opens its
+    stores again."""
+    cluster = Cluster(config).start()
+    try:
+        proxy = cluster.config.proxy_addr if cluster.config.proxy else None
+        yield ClusterHandle(cluster.namesrv_addr, proxy, cluster, cluster.version)
+    finally:
+        cluster.stop(at_once=True)
 
 
 def stored_offsets(rocketmq: ClusterHandle, topic: str, group: str) -> dict[tuple[str, int], int | None]:
@@ -185,7 +207,7 @@ def wait_rows(query: Any, count: int, timeout_s: float = QUERY_TIMEOUT_S) -> Non
         assert query.exception() is None, query.exception()
         if sum(p["numInputRows"] for p in query.recentProgress) >= count:
             return
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise AssertionError(f"fewer than {count} rows reached the sink in {timeout_s:.0f}s")
 
 
@@ -278,8 +300,7 @@ def consumer_progress(rocketmq: ClusterHandle, group: str, topic: str) -> dict[t
 
 def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
     """The client ids ``mqadmin consumerConnection -g`` lists (none when it finds no member)."""
-    assert rocketmq.cluster is not None, "mqadmin needs a cluster started by this run"
-    lines = rocketmq.cluster.mqadmin("consumerConnection", "-g", group, check=False).splitlines()
+    lines = rocketmq.started.mqadmin("consumerConnection", "-g", group, check=False).splitlines()
     starts = [k for k, line in enumerate(lines) if line.startswith(CONNECTIONS_HEADER)]
     if not starts:
         return []

@@ -1,7 +1,8 @@
 """Signed requests against a broker with ACL 2.0 authentication (RocketMQ 5.3.3).
 
-The module starts its own one-broker cluster with ``authenticationEnabled=true`` on ports apart
-from the shared cluster's, so the two run side by side. What 5.3.3 answers is pinned here:
+The tests run on conftest's one-broker cluster with ``authenticationEnabled=true``
+(``acl_cluster``, on ports apart from the shared cluster's), on a topic of the module's own. What
+5.3.3 answers is pinned here:
 
 * the broker refuses an unsigned request, a wrong signature and an unknown user alike with
   NO_PERMISSION (16), the remark naming the reason;
@@ -18,15 +19,17 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError, shifted
-from integration.support import REPO, Overhead, fail_query, logging_env
+from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterError
+from integration.cluster_config import BROKER_A
+from integration.constants import ONE_HOUR_MS, PULL_BATCH, REPO
+from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query, logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
@@ -35,16 +38,9 @@ from rocketmq_spark.remoting.errors import AuthenticationError
 
 pytestmark = pytest.mark.integration
 
-# Ports of their own, so this cluster runs next to the shared one (9876, 10911, 10921).
-ACL_NAMESRV_PORT = shifted(19876)
-ACL_BROKER_PORT = shifted(20911)
-ACL_BROKER_ADDR = f"127.0.0.1:{ACL_BROKER_PORT}"
-BROKER = "broker-a"
 QUEUES = 2
 MESSAGES = 6
-PULL_BATCH = 32
 COMMITTED = 4
-ONE_HOUR_MS = 3_600_000
 GOOD = Credentials(ACL_USER, ACL_PASSWORD)
 WRONG_SECRET = Credentials(ACL_USER, ACL_PASSWORD + "-wrong")
 UNKNOWN_USER = "nobody"
@@ -52,9 +48,6 @@ SIGNATURE_FAILED = "check signature failed."
 NO_USER_NAME = "username cannot be null."
 # RequestCode.AUTH_CREATE_USER of RocketMQ 5.x: only tests create users, so the package lacks it.
 AUTH_CREATE_USER = 3001
-PULL_TIMEOUT_MS = 3000
-# What a failing query may add to Spark's own time: three request timeouts.
-LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
 RUN_TIMEOUT_S = 900
 
 
@@ -73,30 +66,28 @@ class AclCluster:
 
     @property
     def queue(self) -> MessageQueue:
-        return MessageQueue(self.topic, BROKER, 0)
+        return MessageQueue(self.topic, BROKER_A, 0)
 
     def signed_tool(self, command: str, *args: str) -> list[dict[str, Any]]:
         return signed_tool(self.cluster, command, *args)
+
+    @property
+    def broker_addr(self) -> str:
+        return self.cluster.config.broker_addr(0)
 
     def client(self, credentials: Credentials | None) -> RocketMQClient:
         return RocketMQClient(ClientConfig((self.cluster.namesrv_addr,), credentials=credentials))
 
 
 @pytest.fixture(scope="module")
-def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
-    workdir: Path = tmp_path_factory.mktemp("acl-cluster")
-    cluster = Cluster(ClusterConfig(workdir=workdir, brokers=1, acl=True, namesrv_port=ACL_NAMESRV_PORT,
-                                    broker_ports=(ACL_BROKER_PORT,)))
-    cluster.start()
-    try:
-        topic = "it-acl-topic"
-        signed_tool(cluster, "create-topic", "--topic", topic, "--queues", str(QUEUES))
-        sent = signed_tool(cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER,
-                           "--queue", "0", "--tags", "TagA", "--keys", "acl-{i}", "--print-body")
-        assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
-        yield AclCluster(cluster, topic, sent)
-    finally:
-        cluster.stop(at_once=True)
+def acl(acl_cluster: Cluster) -> AclCluster:
+    """conftest's cluster with authentication on, and the module's topic on it."""
+    topic = f"it-acl-topic-{uuid.uuid4().hex[:8]}"
+    signed_tool(acl_cluster, "create-topic", "--topic", topic, "--queues", str(QUEUES))
+    sent = signed_tool(acl_cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER_A,
+                       "--queue", "0", "--tags", "TagA", "--keys", "acl-{i}", "--print-body")
+    assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
+    return AclCluster(acl_cluster, topic, sent)
 
 
 def test_the_broker_really_enforces_authentication(acl: AclCluster) -> None:
@@ -112,9 +103,9 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
     group = unique("it-acl-group")
     with acl.client(GOOD) as client:
         route = client.topic_route(acl.topic)
-        address = route.master_address(BROKER)
-        assert address == ACL_BROKER_ADDR
-        assert route.readable_queues() == [MessageQueue(acl.topic, BROKER, q) for q in range(QUEUES)]
+        address = route.master_address(BROKER_A)
+        assert address == acl.broker_addr
+        assert route.readable_queues() == [MessageQueue(acl.topic, BROKER_A, q) for q in range(QUEUES)]
 
         assert client.min_offset(address, acl.queue) == 0
         assert client.max_offset(address, acl.queue) == MESSAGES
@@ -165,7 +156,7 @@ def test_the_broker_refuses_bad_or_missing_credentials(
 ) -> None:
     with acl.client(credentials) as client:
         with pytest.raises(AuthenticationError) as caught:
-            BROKER_CALLS[call](client, ACL_BROKER_ADDR, acl.queue)
+            BROKER_CALLS[call](client, acl.broker_addr, acl.queue)
     assert caught.value.code == codes.ResponseCode.NO_PERMISSION
     assert caught.value.remark == remark
     assert caught.value.retriable is False
@@ -175,7 +166,7 @@ def test_the_broker_refuses_bad_or_missing_credentials(
 def test_the_name_server_does_not_authenticate(acl: AclCluster, credentials: Credentials | None) -> None:
     with acl.client(credentials) as client:
         route = client.topic_route(acl.topic)
-    assert route.master_address(BROKER) == ACL_BROKER_ADDR
+    assert route.master_address(BROKER_A) == acl.broker_addr
 
 
 @pytest.fixture(scope="module")
@@ -184,11 +175,11 @@ def spark_user(acl: AclCluster) -> Credentials:
     user = Credentials(f"spark-{uuid.uuid4().hex[:8]}", f"sk-{uuid.uuid4().hex}")
     info = {"username": user.access_key, "password": user.secret_key, "userType": "Normal", "userStatus": "enable"}
     with acl.client(GOOD) as client:
-        response = client.invoke(ACL_BROKER_ADDR, AUTH_CREATE_USER, {"username": user.access_key},
+        response = client.invoke(acl.broker_addr, AUTH_CREATE_USER, {"username": user.access_key},
                                  json.dumps(info).encode())
     assert response.code == codes.ResponseCode.SUCCESS, response.remark
     with acl.client(user) as client:
-        assert client.max_offset(ACL_BROKER_ADDR, acl.queue) == MESSAGES
+        assert client.max_offset(acl.broker_addr, acl.queue) == MESSAGES
     return user
 
 
@@ -197,11 +188,11 @@ def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overh
                                               unique: Callable[[str], str], tmp_path: Path) -> None:
     options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
                "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
-               "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
+               "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS)}
     extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "wrong secret")
-    assert f"from {ACL_BROKER_ADDR}: {SIGNATURE_FAILED}" in error, error
+    assert f"from {acl.broker_addr}: {SIGNATURE_FAILED}" in error, error
     assert WRONG_SECRET.secret_key not in error
-    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
+    assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,

@@ -12,25 +12,15 @@ from typing import Any
 
 import pytest
 
+from integration.constants import POLL_S, QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, create_topic, max_offsets, produce, run_available_now,
-    stored_offsets, stream, wait_rows,
+    ClusterHandle, batch_read, collect_available_now, create_topic, offsets_and_ends, position, produce,
+    run_available_now, store_times, stored_offsets, stream, wait_rows,
 )
 
 pytestmark = pytest.mark.integration
 
 Unique = Callable[[str], str]
-WAVE_GAP_S = 2.0
-
-
-def position(message: dict[str, Any]) -> tuple[str, int, int]:
-    return message["broker"], message["queueId"], message["queueOffset"]
-
-
-def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, int, int], int]:
-    """Store time of every message by queue position, as the official consumer reports it."""
-    return {position(m): m["storeTimestamp"]
-            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
 
 
 # --------------------------------------------------------------------------- 1
@@ -40,10 +30,11 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
         spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
     topic, group = unique("waves"), unique("waves-group")
     create_topic(rocketmq, topic, queues=2)
-    waves = []
+    waves: list[list[dict[str, Any]]] = []
     for wave in range(3):
+        if waves:
+            time.sleep(WAVE_GAP_S)
         waves.append(produce(rocketmq, topic, 60, "--keys", f"w{wave}-{{i}}", "--batch", "10"))
-        time.sleep(WAVE_GAP_S)
     times = store_times(rocketmq, topic, 180)
     start = min(times[position(m)] for m in waves[1])
     end = min(times[position(m)] for m in waves[2])
@@ -96,7 +87,8 @@ def test_available_now_reads_what_existed_in_limited_batches(
     later = collect_available_now(stream(spark, rocketmq, topic, group, maxMessagesPerTrigger="100"),
                                   tmp_path / "checkpoint")
     assert sorted(r.keys for r in later) == sorted(f"late-{i}" for i in range(20))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_min_messages_waits_for_max_trigger_delay(
@@ -118,7 +110,7 @@ def test_min_messages_waits_for_max_trigger_delay(
             for progress in query.recentProgress:
                 if progress["numInputRows"] > 0:
                     fired = progress
-            time.sleep(0.5)
+            time.sleep(POLL_S)
     finally:
         query.stop()
     assert fired is not None, "the batch never fired after maxTriggerDelay"
@@ -179,13 +171,13 @@ def test_data_loss_under_a_running_query_fails_or_skips(
             deadline = time.monotonic() + QUERY_TIMEOUT_S
             if fail:
                 while query.exception() is None and time.monotonic() < deadline:
-                    time.sleep(0.5)
+                    time.sleep(POLL_S)
                 assert query.exception() is not None, "the query went on past lost data"
                 assert re.search(rf"{topic}/broker-a/0: offsets .*failOnDataLoss=false", str(query.exception()))
             else:
                 while not {f"after-{i}" for i in range(5)} <= set(keys) and time.monotonic() < deadline:
                     assert query.exception() is None, query.exception()
-                    time.sleep(0.5)
+                    time.sleep(POLL_S)
                 assert sorted(keys) == sorted([f"before-{i}" for i in range(30)] + [f"after-{i}" for i in range(5)])
         finally:
             query.stop()

@@ -21,7 +21,11 @@ from typing import Any
 import pytest
 
 from integration import support
-from integration.support import ClusterHandle, create_topic, create_topic_on_broker
+from integration.cluster_config import BROKER_A, BROKER_NAMES, CLUSTER_NAME
+from integration.constants import (
+    COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, LOOPBACK, ONE_HOUR_MS, POLL_S, PULL_BATCH, WAVE_GAP_S,
+)
+from integration.support import ClusterHandle, create_topic, create_topic_on_broker, position
 from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
@@ -36,29 +40,16 @@ pytestmark = pytest.mark.integration
 
 Row = dict[str, Any]
 
-BROKER_A = "broker-a"
-BROKER_B = "broker-b"
-BROKERS = (BROKER_A, BROKER_B)
 QUEUES_PER_BROKER = 4
 POOL_QUEUES = 32
-LOOPBACK = "127.0.0.1"
 SMALL_PULL = 3
-PULL_BATCH = 32
 # Bounds every pull-to-the-end loop, so a client that never advances fails instead of hanging.
 MAX_PULLS = 1_000
 LONG_POLL_MS = 15_000
 LONG_POLL_ATTEMPTS = 4
-# The Java producer compresses bodies above 4 KiB (compressMsgBodyOverHowmuch).
-COMPRESSIBLE_BODY_BYTES = 5_000
 ROUTE_WAIT_S = 30.0
-ROUTE_POLL_S = 0.2
-# Wave 2 of the search test is stored this long after wave 1, so no store time is shared.
-WAVE_GAP_S = 1.5
-ONE_HOUR_MS = 3_600_000
 # Properties the broker adds to every message it stores (cluster name, region, trace switch).
-BROKER_ADDED_PROPERTIES = {"CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-# Properties the official consumer adds after decoding (PullAPIWrapper.processPullResult).
-CONSUMER_ADDED_PROPERTIES = ("MIN_OFFSET", "MAX_OFFSET")
+BROKER_ADDED_PROPERTIES = {"CLUSTER": CLUSTER_NAME, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 # offsetMsgId: hex of store IPv4 (8 digits), store port (8) and commit-log offset (16).
 _IPV4_HEX = 8
@@ -140,10 +131,6 @@ def consume(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, 
     rows = rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")
     assert len(rows) == count
     return {position(row): row for row in rows}
-
-
-def position(row: Row) -> tuple[str, int, int]:
-    return row["broker"], row["queueId"], row["queueOffset"]
 
 
 def route_queue(client: RocketMQClient, topic: str, broker: str, queue_id: int) -> tuple[str, MessageQueue]:
@@ -257,19 +244,19 @@ def test_route_lists_every_queue_and_the_master_of_each_broker(
     create_topic(rocketmq, topic)
     # The official producer reports each broker's store address inside its offsetMsgId.
     stored_at = {
-        broker: store_address(produce(rocketmq, topic, 1, broker=broker)[0]["offsetMsgId"]) for broker in BROKERS
+        broker: store_address(produce(rocketmq, topic, 1, broker=broker)[0]["offsetMsgId"]) for broker in BROKER_NAMES
     }
 
     route = client.topic_route(topic)
 
     assert route.readable_queues() == sorted(
-        MessageQueue(topic, broker, q) for broker in BROKERS for q in range(QUEUES_PER_BROKER)
+        MessageQueue(topic, broker, q) for broker in BROKER_NAMES for q in range(QUEUES_PER_BROKER)
     )
     assert {qd.broker_name: (qd.read_queue_nums, qd.write_queue_nums) for qd in route.queue_datas} == {
-        broker: (QUEUES_PER_BROKER, QUEUES_PER_BROKER) for broker in BROKERS
+        broker: (QUEUES_PER_BROKER, QUEUES_PER_BROKER) for broker in BROKER_NAMES
     }
-    assert {broker: route.master_address(broker) for broker in BROKERS} == stored_at
-    assert len(set(stored_at.values())) == len(BROKERS)
+    assert {broker: route.master_address(broker) for broker in BROKER_NAMES} == stored_at
+    assert len(set(stored_at.values())) == len(BROKER_NAMES)
 
 
 def test_unknown_topic_is_topic_not_found_and_not_retriable(
@@ -710,7 +697,7 @@ def test_a_topic_created_by_the_client_takes_messages_from_the_official_producer
             break
         except TopicNotFoundError:
             assert time.monotonic() < deadline, f"{topic} never appeared in the route"
-            time.sleep(ROUTE_POLL_S)
+            time.sleep(POLL_S)
     assert [(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm) for qd in route.queue_datas] == [
         (BROKER_A, queues, queues, codes.PERM_READ | codes.PERM_WRITE)
     ]
@@ -732,14 +719,14 @@ def test_proxy_route_names_the_proxy_for_every_broker(
     route = proxy_client.topic_route(topic)
 
     assert route.readable_queues() == sorted(
-        MessageQueue(topic, broker, q) for broker in BROKERS for q in range(QUEUES_PER_BROKER)
+        MessageQueue(topic, broker, q) for broker in BROKER_NAMES for q in range(QUEUES_PER_BROKER)
     )
-    assert {broker: route.master_address(broker) for broker in BROKERS} == {
-        broker: rocketmq.proxy_addr for broker in BROKERS
+    assert {broker: route.master_address(broker) for broker in BROKER_NAMES} == {
+        broker: rocketmq.proxy_addr for broker in BROKER_NAMES
     }
 
 
-@pytest.mark.parametrize("broker", BROKERS)
+@pytest.mark.parametrize("broker", BROKER_NAMES)
 def test_pull_offsets_and_search_through_the_proxy(
     rocketmq: ClusterHandle, proxy_client: RocketMQClient, unique: Callable[[str], str], broker: str
 ) -> None:
@@ -813,9 +800,9 @@ def test_route_falls_over_to_the_next_name_server(
     create_topic(rocketmq, topic)
     servers = (f"{LOOPBACK}:{closed_port()}", rocketmq.namesrv_addr)
     with RocketMQClient(ClientConfig(servers, request_timeout=2.0)) as c:
-        assert len(c.topic_route(topic).readable_queues()) == len(BROKERS) * QUEUES_PER_BROKER
+        assert len(c.topic_route(topic).readable_queues()) == len(BROKER_NAMES) * QUEUES_PER_BROKER
         # Asked again, it goes on using the name server that answered.
-        assert len(c.topic_route(topic).readable_queues()) == len(BROKERS) * QUEUES_PER_BROKER
+        assert len(c.topic_route(topic).readable_queues()) == len(BROKER_NAMES) * QUEUES_PER_BROKER
 
 
 # ------------------------------------------------------------------------ concurrency
@@ -826,7 +813,7 @@ def test_threads_pulling_different_queues_over_one_client_all_get_their_own_data
 ) -> None:
     topic = unique("it-threads")
     per_queue = 40
-    queues = len(BROKERS) * QUEUES_PER_BROKER
+    queues = len(BROKER_NAMES) * QUEUES_PER_BROKER
     create_topic(rocketmq, topic)
     sent = produce(rocketmq, topic, per_queue * queues, "--keys", "t-{i}", broker=None)
     expected: dict[tuple[str, int], list[str]] = {}

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import pytest
 
+from integration.constants import TAGS
 from integration.support import ClusterHandle
 
 pytestmark = pytest.mark.integration
 
 QUEUES_PER_BROKER = 4
 MESSAGES = 1_000
-TAGS = ("TagA", "TagB", "TagC")
 
 
 def test_two_brokers_store_what_the_official_client_sent(

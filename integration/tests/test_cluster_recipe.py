@@ -20,8 +20,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from integration.constants import REPO, STORED_TIMEOUT_S
 from integration.lines import Dist
-from integration.snippets import REPO, documented, shell, substitute
+from integration.snippets import documented, shell, substitute
 from integration.standalone import StandaloneCluster, spark_env
 from integration.support import ClusterHandle, create_topic, eventually, offsets_and_ends, produce
 
@@ -32,7 +33,6 @@ OUTSIDE = 3  # messages before and after the backfill's window
 INSIDE = 10
 LATE = 4  # messages between the stream's two runs
 SUBMIT_TIMEOUT_S = 600.0
-STORED_TIMEOUT_S = 60.0
 COLUMNS = ("brokerName", "queueId", "queueOffset", "keys")
 DOCUMENTED_MASTER = "spark://master-host:7077"
 DOCUMENTED_NAMESRV = "'ns1:9876;ns2:9876'"

@@ -16,23 +16,22 @@ from typing import Any
 
 import pytest
 
-from integration.connect import ConnectServer, job_error, job_result, source_options
+from integration.connect import CONNECT_CLIENT, ConnectServer, job_error, job_result, source_options
+from integration.constants import QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.faults import StreamJob
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, max_offsets,
+    ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, max_offsets,
     position, produce, source_members, spark_offsets, store_times, stored_offsets,
 )
 
 pytestmark = pytest.mark.integration
 
 Unique = Callable[[str], str]
-CONNECT_CLIENT = "pyspark.sql.connect.session"
 MESSAGES = 800
 PER_TRIGGER = 200
 WAVES = 3
 MEMBER_MESSAGES = 40
 WAVE_MESSAGES = 40
-WAVE_GAP_S = 2.0
 SOURCE_ERROR = re.compile(r"option '[^']+': [^\n]*")
 
 
@@ -93,10 +92,11 @@ def test_registered_batch_read_returns_exactly_the_time_window(
     """Registered explicitly from the client; the middle wave of three, by store time."""
     topic = unique("connect-window")
     create_topic(rocketmq, topic, queues=2)
-    waves = []
+    waves: list[list[dict[str, Any]]] = []
     for wave in range(WAVES):
+        if waves:
+            time.sleep(WAVE_GAP_S)
         waves.append(produce(rocketmq, topic, WAVE_MESSAGES, "--keys", f"w{wave}-{{i}}", "--batch", "10"))
-        time.sleep(WAVE_GAP_S)
     times = store_times(rocketmq, topic, WAVES * WAVE_MESSAGES)
     start = min(times[position(m)] for m in waves[1])
     end = min(times[position(m)] for m in waves[2])

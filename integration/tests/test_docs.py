@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from integration.cluster_config import LOOPBACK, PORT_OFFSET
+from integration.cluster_config import PORT_OFFSET
 from integration.connect import job_env
+from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, REPO
 from integration.lines import Dist, run
-from integration.snippets import ILLUSTRATIVE, REPO, TESTED, all_blocks, documented, shell, substitute
+from integration.snippets import ILLUSTRATIVE, TESTED, all_blocks, documented, shell, substitute
 from integration.support import ClusterHandle
 
 pytestmark = [pytest.mark.integration, pytest.mark.docs]
@@ -113,10 +114,10 @@ def console_bodies(command: str, cwd: Path, env: dict[str, str]) -> set[str]:
             bodies = set(CONSOLE_BODY.findall(text)) if "Batch: 0" in text else set()
             if len(bodies) >= HELLO_MESSAGES:
                 return bodies
-            assert process.poll() is None, f"{command} exited ({process.returncode}):\n{text[-4000:]}"
-            time.sleep(1)
+            assert process.poll() is None, f"{command} exited ({process.returncode}):\n{text[-OUTPUT_TAIL_CHARS:]}"
+            time.sleep(POLL_S)
         raise AssertionError(f"{command} showed no batch of {HELLO_MESSAGES} in {HELLO_TIMEOUT_S:.0f}s:\n"
-                             f"{text[-4000:]}")
+                             f"{text[-OUTPUT_TAIL_CHARS:]}")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)

@@ -16,19 +16,17 @@ from typing import Any
 
 import pytest
 
-from integration.support import Overhead, fail_batch, fail_stream
+from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_batch, fail_stream
+from rocketmq_spark.model import MS_PER_SECOND
 from tests.listeners import Listener, closed_port
 
 pytestmark = pytest.mark.integration
 
-PULL_TIMEOUT_MS = 3000
-# What the source may add to Spark's own time: three request timeouts.
-LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
 # What each kind of name server answers, as the error says it.
 ANSWERS = {
     "refused": "Connection refused",
     "full": "timed out",
-    "silent": f"within {PULL_TIMEOUT_MS / 1000:.1f}s to GET_ROUTEINFO_BY_TOPIC",
+    "silent": f"within {FAIL_FAST_TIMEOUT_MS / MS_PER_SECOND:.1f}s to GET_ROUTEINFO_BY_TOPIC",
 }
 
 
@@ -50,7 +48,7 @@ def name_server() -> Iterator[Callable[[str], str]]:
 
 def _options(addresses: list[str]) -> dict[str, str]:
     return {"nameServer": ";".join(addresses), "topic": "orders", "consumerGroup": "fast-failures",
-            "pullTimeoutMs": str(PULL_TIMEOUT_MS)}
+            "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS)}
 
 
 @pytest.mark.parametrize("kind", sorted(ANSWERS))
@@ -63,7 +61,7 @@ def test_a_stream_start_fails_fast_naming_the_name_server(spark: Any, overhead: 
           "more than Spark alone")
     assert "no name server answered" in error and address in error and ANSWERS[kind] in error, error
     assert "UnboundLocalError" not in error
-    assert elapsed - overhead.stream_s < LIMIT_S, f"{elapsed:.1f} s"
+    assert elapsed - overhead.stream_s < FAIL_FAST_LIMIT_S, f"{elapsed:.1f} s"
 
 
 @pytest.mark.parametrize("kind", sorted(ANSWERS))
@@ -74,7 +72,7 @@ def test_a_batch_read_fails_fast_naming_the_name_server(spark: Any, overhead: Ov
     print(f"batch, {kind} name server: failed after {elapsed:.1f} s, {elapsed - overhead.batch_s:.1f} s "
           "more than Spark alone")
     assert "no name server answered" in error and address in error and ANSWERS[kind] in error, error
-    assert elapsed - overhead.batch_s < LIMIT_S, f"{elapsed:.1f} s"
+    assert elapsed - overhead.batch_s < FAIL_FAST_LIMIT_S, f"{elapsed:.1f} s"
 
 
 def test_every_name_server_of_the_list_is_named_with_its_answer(spark: Any, overhead: Overhead,
@@ -86,4 +84,4 @@ def test_every_name_server_of_the_list_is_named_with_its_answer(spark: Any, over
           f"{elapsed - overhead.stream_s:.1f} s more than Spark alone")
     assert f"cannot connect to {addresses[0]}: [Errno 111] Connection refused" in error, error
     assert f"no answer from {addresses[1]} within 3.0s to GET_ROUTEINFO_BY_TOPIC" in error, error
-    assert elapsed - overhead.stream_s < LIMIT_S, f"{elapsed:.1f} s"
+    assert elapsed - overhead.stream_s < FAIL_FAST_LIMIT_S, f"{elapsed:.1f} s"

@@ -28,14 +28,15 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, namesrv_name
-from integration.cluster_config import BROKER_NAMES, LOOPBACK
+from integration.cluster_config import BROKER_NAMES
+from integration.constants import LOOPBACK
 from integration.faults import (
-    BROKER_PORTS, RELAY_HOST, RELAYED_BROKER, Outcome, Producer, StreamJob, check_exactly_once, fault_cluster, gaps,
+    BROKER_PORTS, RELAYED_BROKER, Outcome, Producer, StreamJob, check_exactly_once, fault_cluster, gaps,
     namesrv_of, sink_rows, wait_stored_at_end,
 )
-from integration.relay import Mode, Relay
+from integration.relay import DELAY_MS, RELAY_HOST, Mode, Relay
 from integration.javatool import run_tool
-from integration.support import ClusterHandle, create_topic
+from integration.support import ClusterHandle, create_topic, own_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -61,7 +62,6 @@ ALL_QUEUES = [(broker, queue) for broker in BROKER_NAMES for queue in range(QUEU
 
 BROKER_DOWN_S = 5.0
 NAMESRV_DOWN_S = 10.0
-DELAY_MS = 300
 DELAY_S = 8.0
 STALL_S = 8.0
 RESET_S = 4.0
@@ -72,14 +72,10 @@ CUT_S = 20.0
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Relay]]:
     """The fault cluster, with the relay in front of broker-b passing everything through."""
-    config = fault_cluster(tmp_path_factory.mktemp("fault-cluster"))
     port = BROKER_PORTS[BROKER_NAMES.index(RELAYED_BROKER)]
-    with Relay((RELAY_HOST, port), (LOOPBACK, port)) as relay:
-        cluster = Cluster(config).start()
-        try:
-            yield ClusterHandle(config.namesrv_addr, None, cluster), relay
-        finally:
-            cluster.stop(at_once=True)
+    config = fault_cluster(tmp_path_factory.mktemp("fault-cluster"))
+    with Relay((RELAY_HOST, port), (LOOPBACK, port)) as relay, own_cluster(config) as handle:
+        yield handle, relay
 
 
 class Scenario:
@@ -205,9 +201,7 @@ def running_afterwards(cluster: Cluster, name: str) -> Iterator[None]:
 
 
 def cluster_of(faulty: tuple[ClusterHandle, Relay]) -> Cluster:
-    cluster = faulty[0].cluster
-    assert cluster is not None
-    return cluster
+    return faulty[0].started
 
 
 def test_broker_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,

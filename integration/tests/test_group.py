@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from integration.constants import FIRST, TRIGGER
 from integration.support import (
     ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, fail_stream, max_offsets,
     produce, push_consumer, source_members, spark_job_with_source_log, stored_offsets, stream, wait_rows,
@@ -24,10 +25,8 @@ pytestmark = pytest.mark.integration
 
 Unique = Callable[[str], str]
 
-FIRST = "CONSUME_FROM_FIRST_OFFSET"
 QUEUES_PER_BROKER = 2
 MESSAGES = 40
-TRIGGER = "1 second"
 # Long enough for what a test does while the push consumer is online, on a loaded machine.
 PUSH_ONLINE_S = 240
 FIX = "a consumer group of its own"

@@ -1,7 +1,7 @@
 """The Databricks notebook example, run as a plain script over Spark Connect, end to end.
 
-It runs twice against a broker with ACL on (keys in the environment, where the notebook reads
-them when it is not on Databricks), as a scheduled job would: the second run, from the same
+It runs twice against a broker with ACL on (conftest's ``acl_cluster``; keys in the environment,
+where the notebook reads them when it is not on Databricks), as a scheduled job would: the second run, from the same
 checkpoint, writes only what arrived in between; then once more with an interval trigger, as a
 notebook that keeps the stream running, until it has caught up. Every message lands once, and the group's
 stored offsets end where the queues end.
@@ -12,40 +12,25 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, shifted
+from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster
 from integration.connect import JOB_TIMEOUT_S, ConnectServer, job_env
+from integration.constants import REPO, TRIGGER
 
 pytestmark = pytest.mark.integration
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "examples" / "databricks_notebook.py"
-# Ports of its own, apart from the shared cluster's and the ACL test's.
-NAMESRV_PORT = shifted(21876)
-BROKER_PORT = shifted(22911)
+NOTEBOOK = REPO / "docs" / "examples" / "databricks_notebook.py"
 QUEUES = 2
 FIRST_RUN = 600
 SECOND_RUN = 150
 THIRD_RUN = 400
-INTERVAL = "1 second"
 PER_TRIGGER = "250"
 SIGNED = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
-
-
-@pytest.fixture(scope="module")
-def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One broker with ACL 2.0 authentication on."""
-    cluster = Cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("notebook-cluster"), brokers=1, acl=True,
-                                    namesrv_port=NAMESRV_PORT, broker_ports=(BROKER_PORT,)))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop(at_once=True)
 
 
 def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path,
@@ -72,7 +57,7 @@ def test_the_notebook_runs_as_a_scheduled_job_would(connect_server: ConnectServe
     # The same checkpoint with an interval trigger, as a notebook that keeps the stream running.
     sent += acl_cluster.tool("produce", "--topic", topic, "--count", str(THIRD_RUN), "--keys", "n3-{i}", *SIGNED)
     third = run_notebook(connect_server, acl_cluster, topic, group, tmp_path,
-                         "--trigger", INTERVAL, "--until-caught-up")
+                         "--trigger", TRIGGER, "--until-caught-up")
 
     for out in (first, second, third):
         assert f"lag: 0 messages behind on {QUEUES} queues" in out, out

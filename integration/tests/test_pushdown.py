@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
+from integration.constants import TAGS
 from integration.support import ClusterHandle, batch_read, collect_available_now, create_topic, fail_batch, produce
 from rocketmq_spark.source.spark_api import FILTER_PUSHDOWN, FILTER_PUSHDOWN_CONF
 
@@ -28,7 +29,6 @@ BATCH = 6
 # Messages per second: the batches are stored over a few seconds, many messages of each batch
 # sharing a store time.
 RATE = 30
-TAGS = ("TagA", "TagB", "TagC")
 KEY = ("brokerName", "queueId", "queueOffset")
 
 

@@ -15,15 +15,13 @@ from collections.abc import Iterator
 import pytest
 
 from integration.cluster_config import shifted
-from integration.relay import Mode, Relay
+from integration.relay import DELAY_MS, RELAY_HOST, Mode, Relay
 
 pytestmark = pytest.mark.faults
 
-RELAY_HOST = "127.0.0.2"
 ECHO_HOST = "127.0.0.1"
 PORT = shifted(28999)
 TIMEOUT_S = 5.0
-DELAY_MS = 300
 # A delayed round trip passes the chunk twice (there and back); loopback itself adds next to nothing.
 MIN_DELAYED_ROUND_TRIP_S = 2 * DELAY_MS / 1000 * 0.9
 STALL_PROBE_S = 1.0

@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from integration.lines import LINES, OUTPUT_TAIL, Driver, LineVenv, LineVenvs, UnitRun
+from integration.constants import OUTPUT_TAIL_CHARS, REPO
+from integration.lines import LINES, Driver, LineVenv, LineVenvs, UnitRun
 from integration.support import (
     ClusterHandle, create_topic, eventually, offsets_and_ends, position, produce, spark_offsets, store_times,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 
-REPO = Path(__file__).resolve().parents[2]
 Unique = Callable[[str], str]
 Ends = dict[tuple[str, int], int]
 UNIT_TIMEOUT_S = 900
@@ -226,8 +226,8 @@ def available_now_to_the_end(driver: Driver, venv: LineVenv, rocketmq: ClusterHa
 
 def test_installing_the_wheel_leaves_the_lines_pyspark_in_place(venv: LineVenv) -> None:
     assert venv.before.version == venv.line
-    assert venv.after == venv.before, venv.wheel_output[-OUTPUT_TAIL:]
-    assert venv.pip_touched_pyspark() == [], venv.wheel_output[-OUTPUT_TAIL:]
+    assert venv.after == venv.before, venv.wheel_output[-OUTPUT_TAIL_CHARS:]
+    assert venv.pip_touched_pyspark() == [], venv.wheel_output[-OUTPUT_TAIL_CHARS:]
 
 
 def test_the_lines_spark_runs_the_installed_package(venv: LineVenv, driver: Driver) -> None:

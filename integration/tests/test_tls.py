@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig, shifted
-from integration.support import Overhead, collect_available_now, fail_query
+from integration.support import (
+    FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, collect_available_now, fail_query, own_cluster,
+)
 from integration.tls_setup import TLS_DISABLED, TLS_ENFORCING
-from rocketmq_spark.model import ClientConfig
+from rocketmq_spark.model import MS_PER_SECOND, ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import CertificateError, NameServersUnavailableError
 from rocketmq_spark.remoting.tls import read_trust_bundle
@@ -39,9 +41,6 @@ TOPIC = "it-tls-topic"
 QUEUES = 2
 MESSAGES = 12
 KEYS = sorted(f"tls-{i}" for i in range(MESSAGES))
-PULL_TIMEOUT_MS = 3000
-# What a failing query may add to Spark's own time: three request timeouts.
-LIMIT_S = 3 * PULL_TIMEOUT_MS / 1000
 # Another loopback address of this host, which the servers' certificate does not name.
 UNNAMED_LOOPBACK = "127.0.0.2"
 # Spark's switch that keeps Python workers' log records (spark.tvf.python_worker_logs()).
@@ -64,25 +63,20 @@ class TlsCluster:
         return str(self.cluster.ca_cert)
 
     def options(self, **extra: str) -> dict[str, str]:
-        return {"nameServer": self.namesrv_addr, "topic": TOPIC, "pullTimeoutMs": str(PULL_TIMEOUT_MS), **extra}
+        return {"nameServer": self.namesrv_addr, "topic": TOPIC, "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS), **extra}
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    cluster = Cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("tls-cluster"), brokers=1, tls=TLS_ENFORCING,
-                                    namesrv_port=TLS_NAMESRV_PORT, broker_ports=(TLS_BROKER_PORT,)))
-    plain = Cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("plain-namesrv"), brokers=0, tls=TLS_DISABLED,
-                                  namesrv_port=PLAIN_NAMESRV_PORT))
-    try:
-        cluster.start()
-        plain.start()
+    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("tls-cluster"), brokers=1, tls=TLS_ENFORCING,
+                                   namesrv_port=TLS_NAMESRV_PORT, broker_ports=(TLS_BROKER_PORT,))) as tls, \
+            own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("plain-namesrv"), brokers=0, tls=TLS_DISABLED,
+                                      namesrv_port=PLAIN_NAMESRV_PORT)) as plain:
+        cluster = tls.started
         cluster.tool("create-topic", "--topic", TOPIC, "--queues", str(QUEUES))
         sent = cluster.tool("produce", "--topic", TOPIC, "--count", str(MESSAGES), "--keys", "tls-{i}")
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
         yield TlsCluster(cluster, plain.namesrv_addr)
-    finally:
-        plain.stop(at_once=True)
-        cluster.stop(at_once=True)
 
 
 def keys_of(rows: list[Any]) -> list[str]:
@@ -91,7 +85,8 @@ def keys_of(rows: list[Any]) -> list[str]:
 
 def test_the_servers_really_refuse_plain_connections(tls: TlsCluster) -> None:
     """A plain client is turned away, so the reads below go over TLS."""
-    with RocketMQClient(ClientConfig((tls.namesrv_addr,), request_timeout=PULL_TIMEOUT_MS / 1000)) as plain:
+    timeout_s = FAIL_FAST_TIMEOUT_MS / MS_PER_SECOND
+    with RocketMQClient(ClientConfig((tls.namesrv_addr,), request_timeout=timeout_s)) as plain:
         with pytest.raises(NameServersUnavailableError, match="nothing was answered on it"):
             plain.topic_route(TOPIC)
 
@@ -120,7 +115,7 @@ def test_without_the_ca_a_query_fails_at_once_naming_the_certificate(spark: Any,
     assert f"TLS certificate of {tls.namesrv_addr} rejected: unable to get local issuer certificate" in error, error
     assert "not signed by the system's CAs" in error and "tlsTrustCertPath" in error and "tlsVerify=false" in error
     assert "no name server answered" not in error  # raised as it is: not retried, not tried elsewhere
-    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
+    assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_an_address_the_certificate_does_not_name_is_refused(tls: TlsCluster) -> None:
@@ -164,7 +159,7 @@ def test_tls_to_a_plain_port_fails_fast(spark: Any, tls: TlsCluster, overhead: O
     extra_s, error = fail_query("stream", spark, options, tmp_path, overhead, "TLS to a plain name server")
     assert f"TLS handshake with {tls.plain_namesrv_addr} failed (the server closed the connection" in error, error
     assert "may not accept TLS on this port" in error and "leave tls unset" in error
-    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
+    assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
 
 
 def test_plain_to_a_tls_port_fails_fast(spark: Any, tls: TlsCluster, overhead: Overhead, tmp_path: Path) -> None:
@@ -172,4 +167,4 @@ def test_plain_to_a_tls_port_fails_fast(spark: Any, tls: TlsCluster, overhead: O
     extra_s, error = fail_query("stream", spark, options, tmp_path, overhead, "plain to a TLS-only name server")
     assert tls.namesrv_addr in error and "nothing was answered on it" in error, error
     assert "accepts only TLS" in error and "set tls=true" in error
-    assert extra_s < LIMIT_S, f"{extra_s:.1f} s"
+    assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"

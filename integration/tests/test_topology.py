@@ -8,8 +8,9 @@ group's stored offset of every queue is the queue's max offset. Each prints how 
 took, from the broker's return (or the queues' return) to its first rows in the sink and to
 everything read; no test asserts on times.
 
-The tests run with ``make faults``, on a cluster of their own (two brokers, on ports no other
-module uses), so that killing, freezing or reconfiguring a broker disturbs no other test.
+The tests run with ``make faults``, on the two brokers of a cluster of the module's own
+(conftest's ``two_brokers``, on ports no other cluster uses, both brokers running again after each
+test), so that killing, freezing or reconfiguring a broker disturbs no other test.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
+from integration.cluster_config import BROKER_A, BROKER_B, BROKER_NAMES
+from integration.constants import FIRST, POLL_S, STORED_TIMEOUT_S, TRIGGER
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.support import ClusterHandle, create_topic, offsets_and_ends, spark_offsets, stream
@@ -32,9 +34,6 @@ from rocketmq_spark.source.routes import ROUTE_REFRESH_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-NAMESRV_PORT = shifted(11876)
-BROKER_PORTS = (shifted(12911), shifted(12921))
-BROKER_A, BROKER_B = BROKER_NAMES
 QUEUES_PER_BROKER = 4
 
 # Messages per step. The producer sends PRODUCE_BATCH at a time, to one queue each; to one broker
@@ -47,9 +46,7 @@ LAST = 40
 LATE = 10
 PRODUCE_BATCH = 10
 
-TRIGGER = "1 second"
 PULL_TIMEOUT_MS = "2000"
-FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
 # The frozen-broker test: the retry budget, and a freeze well past it.
 RETRY_BUDGET_MS = 10_000
 FREEZE_S = 25.0
@@ -66,10 +63,8 @@ REPLAY_HOLD_S = 5.0
 REPLAY_RETRY_BUDGET_MS = 180_000
 
 READ_TIMEOUT_S = 120.0
-STORED_TIMEOUT_S = 60.0
 ROUTE_TIMEOUT_S = 120.0
 FLUSH_TIMEOUT_S = 30.0
-POLL_S = 0.5
 SAMPLE = 5
 ERROR_CHARS = 300
 # The last line of a Python traceback: ``package.module.SomeError: message``.
@@ -91,35 +86,6 @@ READ_QUEUES_FIELD = re.compile(r'"readQueueNums"\s*:\s*(\d+)')
 OFFSET_ENTRY = re.compile(r'"?(\d+)"?\s*:\s*(\d+)')
 
 Queue = tuple[str, int]  # (broker, queue id), as the Java tool and the progress reports name a queue
-
-
-@pytest.fixture(scope="module")
-def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    """Two brokers of a cluster of the module's own."""
-    config = ClusterConfig(workdir=tmp_path_factory.mktemp("topology-cluster"), brokers=2,
-                           namesrv_port=NAMESRV_PORT, broker_ports=BROKER_PORTS)
-    cluster = Cluster(config).start()
-    try:
-        yield ClusterHandle(config.namesrv_addr, None, cluster)
-    finally:
-        cluster.stop(at_once=True)
-
-
-@pytest.fixture(autouse=True)
-def brokers_up(topology: ClusterHandle) -> Iterator[None]:
-    """Whatever a test did to a broker (even failing half-way), both run again afterwards."""
-    yield
-    cluster = cluster_of(topology)
-    for name in BROKER_NAMES:
-        if cluster.running(name):
-            cluster.thaw(name)
-        else:
-            cluster.restart(name)
-
-
-def cluster_of(handle: ClusterHandle) -> Cluster:
-    assert handle.cluster is not None, "the module's cluster is started by the module"
-    return handle.cluster
 
 
 # ------------------------------------------------------------------ what was sent
@@ -185,7 +151,7 @@ class Stream:
         self.sink = workdir / "sink"
         self.checkpoint = workdir / "checkpoint"
         self.per_batch = per_batch
-        self.options = {"consumeFromWhere": FIRST_OFFSET, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
+        self.options = {"consumeFromWhere": FIRST, "pullTimeoutMs": PULL_TIMEOUT_MS, **options}
         self.query: Any = None
 
     def start(self, available_now: bool = False) -> None:
@@ -326,7 +292,7 @@ def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapp
 
 def read_queue_nums(handle: ClusterHandle, topic: str) -> dict[str, int]:
     """readQueueNums per broker in the name server's route of the topic (none: not routed)."""
-    out = cluster_of(handle).mqadmin("topicRoute", "-t", topic, check=False)
+    out = handle.started.mqadmin("topicRoute", "-t", topic, check=False)
     nums = {}
     for entry in FLAT_OBJECT.findall(out):
         name, reads = BROKER_NAME_FIELD.search(entry), READ_QUEUES_FIELD.search(entry)
@@ -347,7 +313,7 @@ def wait_route(handle: ClusterHandle, topic: str, broker: str, read_queues: int 
 def take_down(handle: ClusterHandle, broker: str, topic: str) -> float:
     """SIGKILL the broker and wait until the topic's route no longer has it; the seconds that took."""
     began = time.monotonic()
-    cluster_of(handle).kill(broker)  # returns once the name server no longer lists it
+    handle.started.kill(broker)  # returns once the name server no longer lists it
     wait_route(handle, topic, broker, None)
     return time.monotonic() - began
 
@@ -355,7 +321,7 @@ def take_down(handle: ClusterHandle, broker: str, topic: str) -> float:
 def bring_back(handle: ClusterHandle, broker: str, topic: str) -> float:
     """Restart the broker on its store and wait until the topic's route has it again; the time
     (monotonic) the name server was seen to list it, which recovery times count from."""
-    cluster_of(handle).restart(broker)  # returns once the name server lists it
+    handle.started.restart(broker)  # returns once the name server lists it
     back = time.monotonic()
     wait_route(handle, topic, broker, QUEUES_PER_BROKER)
     return back
@@ -366,7 +332,7 @@ def wait_offsets_flushed(handle: ClusterHandle, broker: str, topic: str, group: 
     """Until the broker has written the group's offsets of its queues to disk: a broker killed
     before that comes back with older ones, and a query started from them would rightly read
     those messages again."""
-    path = cluster_of(handle).broker_store(broker) / CONSUMER_OFFSETS_FILE
+    path = handle.started.broker_store(broker) / CONSUMER_OFFSETS_FILE
     table = re.compile(rf'"{re.escape(topic)}@{re.escape(group)}"\s*:\s*\{{([^}}]*)\}}')
     wanted = {q: end for q, end in ends.items() if q[0] == broker}
     deadline = time.monotonic() + FLUSH_TIMEOUT_S
@@ -402,26 +368,26 @@ def print_recovery(scenario: str, event: str, recovery: Recovery, sent_s: float 
 # ------------------------------------------------------------------ the tests
 
 
-def test_new_query_while_a_broker_is_down(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_new_query_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                           unique: Callable[[str], str]) -> None:
     """A new query of a group that stored offsets on every queue, started while broker-b is out
     of the routes: once broker-b is back its queues start at the group's stored offsets, as they
     would have had it been there at the start, not at their min offsets (which reads again all
     that the group has read there)."""
     topic, group = unique("topo-new"), unique("topo-new-group")
-    sent = read_by_the_group(spark, topology, tmp_path, topic, group)
+    sent = read_by_the_group(spark, two_brokers, tmp_path, topic, group)
     stood = sent.of(BROKER_B)
-    out_s = take_down(topology, BROKER_B, topic)
-    second = Stream(spark, topology, topic, group, tmp_path / "second")
+    out_s = take_down(two_brokers, BROKER_B, topic)
+    second = Stream(spark, two_brokers, topic, group, tmp_path / "second")
     second.start()
     try:
-        new = sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        new = sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
         second.wait_read(sent.of(BROKER_A), "broker-a's messages while broker-b is down")
-        back = bring_back(topology, BROKER_B, topic)
-        new += sent.add(send(topology, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
+        back = bring_back(two_brokers, BROKER_B, topic)
+        new += sent.add(send(two_brokers, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(second, stood, sent.ends, back, "broker-b's queues once it is back")
-        wait_stored_at_max(topology, topic, group, sent.ends)
+        wait_stored_at_max(two_brokers, topic, group, sent.ends)
     finally:
         second.stop()
     print(f"\nbroker-b out of the routes {out_s:.1f} s after SIGKILL")
@@ -429,23 +395,23 @@ def test_new_query_while_a_broker_is_down(spark: Any, topology: ClusterHandle, t
     assert_exact(second.keys(), new, "the new query's sink")
 
 
-def test_available_now_runs_while_a_broker_is_down(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_available_now_runs_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                                    unique: Callable[[str], str]) -> None:
     """The same for Trigger.AvailableNow: a first run while broker-b is down reads broker-a's new
     messages; the next run on the checkpoint, once broker-b is back, starts its queues at the
     group's stored offsets and reads only what is new there."""
     topic, group = unique("topo-now"), unique("topo-now-group")
-    sent = read_by_the_group(spark, topology, tmp_path, topic, group)
-    take_down(topology, BROKER_B, topic)
-    runs = Stream(spark, topology, topic, group, tmp_path / "runs")
-    new = sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+    sent = read_by_the_group(spark, two_brokers, tmp_path, topic, group)
+    take_down(two_brokers, BROKER_B, topic)
+    runs = Stream(spark, two_brokers, topic, group, tmp_path / "runs")
+    new = sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
     runs.run_available_now()
     assert_exact(runs.keys(), new, "the run while broker-b is down")
-    bring_back(topology, BROKER_B, topic)
-    new += sent.add(send(topology, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
+    bring_back(two_brokers, BROKER_B, topic)
+    new += sent.add(send(two_brokers, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
     runs.run_available_now()
     assert_exact(runs.keys(), new, "both runs")
-    wait_stored_at_max(topology, topic, group, sent.ends)
+    wait_stored_at_max(two_brokers, topic, group, sent.ends)
 
 
 def drop_last_commit(checkpoint: Path, broker: str, topic: str) -> int:
@@ -469,47 +435,47 @@ def drop_last_commit(checkpoint: Path, broker: str, topic: str) -> int:
     return batch
 
 
-def test_restart_on_checkpoint_while_a_broker_is_down(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_restart_on_checkpoint_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                                       unique: Callable[[str], str]) -> None:
     """A query restarted on its checkpoint while broker-b is out of the routes lives: first with
     its last batch planned but not committed (it read broker-b, and runs again at the start),
     then restarted once more with every batch committed. It reads broker-a meanwhile, and once
     broker-b is back reads its queues from where the checkpoint has them."""
     topic, group = unique("topo-restart"), unique("topo-restart-group")
-    create_topic(topology, topic, queues=QUEUES_PER_BROKER)
+    create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(topology, tmp_path, topic, BEFORE, "before"))
-    query = Stream(spark, topology, topic, group, tmp_path / "stream")
+    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    query = Stream(spark, two_brokers, topic, group, tmp_path / "stream")
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
-        sent.add(send(topology, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
+        sent.add(send(two_brokers, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
         query.wait_read(sent.ends, "the last messages, on broker-b")
     finally:
         query.stop()
     stood = sent.of(BROKER_B)
     replayed = drop_last_commit(query.checkpoint, BROKER_B, topic)
-    take_down(topology, BROKER_B, topic)
+    take_down(two_brokers, BROKER_B, topic)
     query.start()
     try:
-        sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
         query.wait_read(sent.of(BROKER_A), f"broker-a's messages after a restart that runs batch {replayed} again")
         query.stop()
         query.start()
-        sent.add(send(topology, tmp_path, topic, DURING, "during-again", "--broker", BROKER_A))
+        sent.add(send(two_brokers, tmp_path, topic, DURING, "during-again", "--broker", BROKER_A))
         query.wait_read(sent.of(BROKER_A), "broker-a's messages after a restart with every batch committed")
-        back = bring_back(topology, BROKER_B, topic)
-        sent.add(send(topology, tmp_path, topic, AFTER, "after"))
+        back = bring_back(two_brokers, BROKER_B, topic)
+        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(query, stood, sent.ends, back, "broker-b's queues once it is back")
-        wait_stored_at_max(topology, topic, group, sent.ends)
+        wait_stored_at_max(two_brokers, topic, group, sent.ends)
     finally:
         query.stop()
     print_recovery("restarted on its checkpoint, broker-b down", "broker-b routed again", recovery, sent_s)
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
-def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                                           unique: Callable[[str], str]) -> None:
     """A query restarted on its checkpoint while broker-b is out of the routes, whose last batch
     read broker-b and is not committed (a driver that died between Spark's offset log and its
@@ -518,55 +484,55 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, topology: 
     retryBudgetMs), and reads the same rows once it is back. The sink replaces a batch run
     again, so its keys are exact."""
     topic, group = unique("topo-replay"), unique("topo-replay-group")
-    create_topic(topology, topic, queues=QUEUES_PER_BROKER)
+    create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(topology, tmp_path, topic, BEFORE, "before"))
-    query = Stream(spark, topology, topic, group, tmp_path / "stream", per_batch=True,
+    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", per_batch=True,
                    retryBudgetMs=str(REPLAY_RETRY_BUDGET_MS))
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
-        sent.add(send(topology, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
+        sent.add(send(two_brokers, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
         query.wait_read(sent.ends, "the last messages, on broker-b")
     finally:
         query.stop()
     stood = sent.of(BROKER_B)
     replayed = drop_last_commit(query.checkpoint, BROKER_B, topic)
-    take_down(topology, BROKER_B, topic)
+    take_down(two_brokers, BROKER_B, topic)
     query.start()
     try:
         what = f"batch {replayed}, run again while broker-b is down"
         query.wait_processing(what)
         query.hold(REPLAY_HOLD_S, what)
-        back = bring_back(topology, BROKER_B, topic)
-        sent.add(send(topology, tmp_path, topic, AFTER, "after"))
+        back = bring_back(two_brokers, BROKER_B, topic)
+        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(query, stood, sent.ends, back, "broker-b's queues once it is back")
-        wait_stored_at_max(topology, topic, group, sent.ends)
+        wait_stored_at_max(two_brokers, topic, group, sent.ends)
     finally:
         query.stop()
     print_recovery("batch of broker-b run again while it is down", "broker-b routed again", recovery, sent_s)
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
-def test_broker_frozen_past_the_retry_budget(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_broker_frozen_past_the_retry_budget(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                              unique: Callable[[str], str]) -> None:
     """A broker that hangs (SIGSTOP) stays in the routes with its connections open, and answers
     nothing for longer than retryBudgetMs: the query reads the other broker meanwhile, lives, and
     reads the hung broker's queues once it answers again."""
-    cluster = cluster_of(topology)
+    cluster = two_brokers.started
     topic, group = unique("topo-frozen"), unique("topo-frozen-group")
-    create_topic(topology, topic, queues=QUEUES_PER_BROKER)
+    create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(topology, tmp_path, topic, BEFORE, "before"))
-    query = Stream(spark, topology, topic, group, tmp_path / "stream", retryBudgetMs=str(RETRY_BUDGET_MS))
+    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", retryBudgetMs=str(RETRY_BUDGET_MS))
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
         stood = sent.of(BROKER_B)
         frozen_at = time.monotonic()
         cluster.freeze(BROKER_B)
-        producer = Producer(topology.namesrv_addr, tmp_path, topic, DURING, "during", "--batch", str(PRODUCE_BATCH),
+        producer = Producer(two_brokers.namesrv_addr, tmp_path, topic, DURING, "during", "--batch", str(PRODUCE_BATCH),
                             "--broker", BROKER_A)
         try:
             thaw_at = frozen_at + FREEZE_S
@@ -577,10 +543,10 @@ def test_broker_frozen_past_the_retry_budget(spark: Any, topology: ClusterHandle
             cluster.thaw(BROKER_B)
             producer.close()
         thawed = time.monotonic()
-        sent.add(send(topology, tmp_path, topic, AFTER, "after"))
+        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
         sent_s = time.monotonic() - thawed
         recovery = wait_recovery(query, stood, sent.ends, thawed, "broker-b's queues once it answers again")
-        wait_stored_at_max(topology, topic, group, sent.ends)
+        wait_stored_at_max(two_brokers, topic, group, sent.ends)
     finally:
         query.stop()
     print_recovery(f"broker-b frozen {FREEZE_S:.0f} s, retryBudgetMs={RETRY_BUDGET_MS}", "SIGCONT", recovery, sent_s)
@@ -591,7 +557,7 @@ def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues:
     """Change the topic's readQueueNums on one broker (writeQueueNums stays), as an operator does
     with mqadmin, and wait until the name server's route says so; the time (monotonic) mqadmin
     returned, which recovery times count from (the broker tells the name server at once)."""
-    cluster = cluster_of(handle)
+    cluster = handle.started
     address = cluster.config.broker_addr(BROKER_NAMES.index(broker))
     cluster.mqadmin("updateTopic", "-b", address, "-t", topic, "-r", str(read_queues), "-w", str(QUEUES_PER_BROKER))
     changed = time.monotonic()
@@ -599,37 +565,37 @@ def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues:
     return changed
 
 
-def test_read_queues_lowered_then_raised(spark: Any, topology: ClusterHandle, tmp_path: Path,
+def test_read_queues_lowered_then_raised(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
                                          unique: Callable[[str], str]) -> None:
     """readQueueNums lowered below writeQueueNums: the queues above it still take messages but
     cannot be read. That is no data loss (failOnDataLoss=true): the query reads the other queues
     meanwhile, and once readQueueNums is raised again reads the held queues from where it was,
     each message once."""
     topic, group = unique("topo-readq"), unique("topo-readq-group")
-    create_topic(topology, topic, QUEUES_PER_BROKER, BROKER_A)
+    create_topic(two_brokers, topic, QUEUES_PER_BROKER, BROKER_A)
     sent = Sent([BROKER_A])
-    sent.add(send(topology, tmp_path, topic, BEFORE, "before", "--broker", BROKER_A))
-    query = Stream(spark, topology, topic, group, tmp_path / "stream", failOnDataLoss="true")
+    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before", "--broker", BROKER_A))
+    query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", failOnDataLoss="true")
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
         held = [(BROKER_A, q) for q in range(LOWERED_READ_QUEUES, QUEUES_PER_BROKER)]
         readable = [(BROKER_A, q) for q in range(LOWERED_READ_QUEUES)]
         stood = {q: sent.ends[q] for q in held}
-        lowered_at = set_read_queues(topology, topic, BROKER_A, LOWERED_READ_QUEUES)
+        lowered_at = set_read_queues(two_brokers, topic, BROKER_A, LOWERED_READ_QUEUES)
         # A batch planned on routes from before the change would read the hidden queues, and its
         # tasks wait for them to be readable again (unit-tested in test_partition_reader): send
         # once the source's routes surely show the change.
         time.sleep(max(0.0, lowered_at + ROUTE_SEEN_S - time.monotonic()))
-        sent.add(send(topology, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
         assert all(sent.ends[q] > stood[q] for q in held), "the producer sent nothing to the unreadable queues"
         query.wait_read({q: sent.ends[q] for q in readable}, "the readable queues while the others are not")
         time.sleep(max(0.0, lowered_at + LOWERED_S - time.monotonic()))
-        sent.add(send(topology, tmp_path, topic, LATE, "late", "--broker", BROKER_A, "--queue", "0"))
+        sent.add(send(two_brokers, tmp_path, topic, LATE, "late", "--broker", BROKER_A, "--queue", "0"))
         query.wait_read({q: sent.ends[q] for q in readable}, "a readable queue, once the route is surely seen")
-        raised = set_read_queues(topology, topic, BROKER_A, QUEUES_PER_BROKER)
+        raised = set_read_queues(two_brokers, topic, BROKER_A, QUEUES_PER_BROKER)
         recovery = wait_recovery(query, stood, sent.ends, raised, "the held queues once readable again")
-        wait_stored_at_max(topology, topic, group, sent.ends)
+        wait_stored_at_max(two_brokers, topic, group, sent.ends)
     finally:
         query.stop()
     print_recovery(f"readQueueNums {LOWERED_READ_QUEUES} for {LOWERED_S:.0f} s", "readQueueNums raised", recovery)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,10 +38,14 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterConfig, shifted
+from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster
+from integration.constants import (
+    COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, FIRST, QUERY_TIMEOUT_S, TRIGGER, WAVE_GAP_S,
+)
 from integration.support import (
-    QUERY_TIMEOUT_S, ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually,
-    fail_batch, first_offsets, max_offsets, produce, run_available_now, source_members, stored_offsets, stream,
+    ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually, fail_batch,
+    first_offsets, max_offsets, offsets_and_ends, position, produce, run_available_now, source_members, store_times,
+    stored_offsets, stream,
 )
 from integration.versions import release, selected_version
 
@@ -49,23 +54,19 @@ pytestmark = pytest.mark.integration
 Unique = Callable[[str], str]
 Position = tuple[str, int, int]
 
-FIRST = "CONSUME_FROM_FIRST_OFFSET"
 LAST = "CONSUME_FROM_LAST_OFFSET"
 TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 QUEUES_PER_BROKER = 2
-# Waves of messages stored this far apart, so no store time is shared between waves.
-WAVE_GAP_S = 2.0
 WAVE = 40
 SEND_BATCH = 10
 # "Aa" and "BB" have the same Java hashCode, so the broker's tag filter lets both through.
 COLLIDING_TAGS = ("Aa", "BB")
-# The Java producer compresses bodies above 4 KiB; --compress picks the algorithm.
-COMPRESSIBLE_BODY_BYTES = 6_000
+# --compress picks the algorithm of the bodies the Java producer compresses.
 COMPRESSIONS = ("ZLIB", "LZ4", "ZSTD")
 BATCH_SIZE = 5
 # Properties not compared with the official consumer's: the consumer adds the MIN/MAX ones after
 # decoding, and UNIQ_KEY of batch-sent messages has a test of its own.
-NOT_COMPARED = ("UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET")
+NOT_COMPARED = ("UNIQ_KEY", *CONSUMER_ADDED_PROPERTIES)
 STORED_AT = 3
 # Every test but mqadmin's runs through the name server and brokers and, on 5.x, once more
 # through the proxy's remoting port (4.9 has no proxy).
@@ -75,30 +76,16 @@ ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_
 PER_TRIGGER = 15
 FAILING_BATCH = 2
 SINK_FAILURE = "the sink failed on purpose"
-# The authentication cluster's own ports, apart from the shared cluster's and test_acl's.
-ACL_NAMESRV_PORT = shifted(17876)
-ACL_BROKER_PORT = shifted(18911)
 # What both releases say of a wrong secret ("Check signature failed for accessKey=..." on 4.9).
 ACL_SIGNATURE_FAILED = "check signature failed"
-RESET_TRIGGER = "1 second"
 # The broker setting many production brokers turn off: a group must exist before it is used.
 AUTO_CREATE_GROUPS = "autoCreateSubscriptionGroup"
 # What a broker answers to a pull or commit of a group it does not hold (SUBSCRIPTION_GROUP_NOT_EXIST).
 GROUP_NOT_EXIST = "does not exist"
 
 
-def position(message: dict[str, Any]) -> Position:
-    return message["broker"], message["queueId"], message["queueOffset"]
-
-
 def row_position(row: Any) -> Position:
     return row.brokerName, row.queueId, row.queueOffset
-
-
-def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[Position, int]:
-    """Store time of every message by queue position, as the official consumer reports it."""
-    return {position(m): m["storeTimestamp"]
-            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
 
 
 def two_waves(rocketmq: ClusterHandle, topic: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
@@ -133,19 +120,23 @@ def test_first_on_a_fresh_topic_starts_at_each_queues_min_offset(
     df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST)
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(map(row_position, rows)) == sorted(map(position, sent))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
         spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
-    """The group stored nothing, so LAST applies on every queue: none of the messages is read."""
+    """The group stored nothing, so LAST, the default consumeFromWhere (the stream names none),
+    applies on every queue: none of the messages is read. A 5.x broker would report offset 0 for a
+    new group here unless asked not to guess."""
     topic, group = unique("v-last"), unique("v-last-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     produce(rocketmq, topic, WAVE)
-    df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=LAST)
+    df = stream(spark, rocketmq, topic, group, endpoint=endpoint)
     rows = collect_available_now(df, tmp_path / "c")
     assert [row_position(r) for r in rows] == []
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 def test_timestamp_start_of_a_new_group_reads_from_the_first_message_at_or_after_it(
@@ -193,7 +184,8 @@ def test_tag_filter_with_hash_colliding_tags(
                 subExpression=COLLIDING_TAGS[0])
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in sent if m["tags"] == COLLIDING_TAGS[0])
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic), "filtered offsets are consumed"
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends, "filtered offsets are consumed"
 
 
 def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
@@ -205,7 +197,8 @@ def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique
                 subExpression="seq >= 10 AND seq < 25 AND color = 'red'")
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(int(r.properties["seq"]) for r in rows) == list(range(10, 25))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- message shapes
@@ -318,7 +311,8 @@ def test_exactly_once_across_a_restart(
     run_available_now(source(), checkpoint, write)
     keys = Counter(row.keys for row in spark.read.parquet(str(sink)).select("keys").collect())
     assert keys == Counter(m["keys"] for m in first + second), "a message is missing or came twice"
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- an operator's reset
@@ -357,7 +351,7 @@ def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Cal
         query = (stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, **options)
                  .select("keys")
                  .writeStream.format("memory").queryName(table)
-                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=RESET_TRIGGER).start())
+                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=TRIGGER).start())
         queries.append(query)
         return Running(query, spark, table)
 
@@ -524,7 +518,8 @@ def test_a_stream_reads_and_commits_as_a_group_the_operator_created_on_a_strict_
     rocketmq.mqadmin("updateSubGroup", "-c", CLUSTER_NAME, "-g", group)
     rows = collect_available_now(stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST), tmp_path / "c")
     assert sorted(map(row_position, rows)) == sorted(map(position, sent))
-    assert stored_offsets(rocketmq, topic, group) == max_offsets(rocketmq, topic)
+    stored, ends = offsets_and_ends(rocketmq, topic, group)
+    assert stored == ends
 
 
 # --------------------------------------------------------------------------- authentication
@@ -544,23 +539,17 @@ class Secured:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    """ACL 1.0 on 4.9 (aclEnable, plain_acl.yml), ACL 2.0 on 5.x (authenticationEnabled); both
-    take the same signature, which the official client's RPC hook and the source compute."""
-    config = ClusterConfig(workdir=tmp_path_factory.mktemp("acl-cluster"), brokers=1, acl=True,
-                           namesrv_port=ACL_NAMESRV_PORT, broker_ports=(ACL_BROKER_PORT,))
-    cluster = Cluster(config)
-    cluster.start()
-    try:
-        keys = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
-        topic = "v-acl-topic"
-        cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), *keys)
-        cluster.tool("produce", "--topic", topic, "--count", str(WAVE), "--keys", "acl-{i}", *keys)
-        sent = cluster.tool("consume", "--topic", topic, "--count", str(WAVE), "--print", *keys)
-        assert len(sent) == WAVE
-        yield Secured(cluster, topic, sent)
-    finally:
-        cluster.stop(at_once=True)
+def secured(acl_cluster: Cluster) -> Secured:
+    """conftest's cluster with authentication on: ACL 1.0 on 4.9 (aclEnable, plain_acl.yml), ACL
+    2.0 on 5.x (authenticationEnabled); both take the same signature, which the official client's
+    RPC hook and the source compute."""
+    keys = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
+    topic = f"v-acl-topic-{uuid.uuid4().hex[:8]}"
+    acl_cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), *keys)
+    acl_cluster.tool("produce", "--topic", topic, "--count", str(WAVE), "--keys", "acl-{i}", *keys)
+    sent = acl_cluster.tool("consume", "--topic", topic, "--count", str(WAVE), "--print", *keys)
+    assert len(sent) == WAVE
+    return Secured(acl_cluster, topic, sent)
 
 
 def read_keys(spark: Any, options: dict[str, str]) -> list[str]:

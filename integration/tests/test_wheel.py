@@ -22,18 +22,17 @@ from pathlib import Path
 import pytest
 
 import rocketmq_spark
-from integration.connect import CONNECT_PORT, ConnectServer, job_result, source_options
+from integration.connect import CONNECT_CLIENT, CONNECT_PORT, ConnectServer, job_result, source_options
+from integration.constants import FIRST, REPO
 from integration.lines import LINES, Dist, LineVenvs, find_pyspark, run
 from integration.support import ClusterHandle, create_topic, max_offsets, produce, spark_offsets, stored_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.package]
 
-REPO = Path(__file__).resolve().parents[2]
 CONNECT_LINE = LINES[-1]
 WHEEL_CONNECT_PORT = CONNECT_PORT + 1
 MESSAGES = 400
 PER_TRIGGER = "150"
-CONNECT_CLIENT = "pyspark.sql.connect.session"
 
 
 def test_the_distributions_carry_what_pypi_and_pip_need(dist: Dist) -> None:
@@ -77,7 +76,7 @@ def test_stream_through_connect(line_venvs: LineVenvs, dist: Dist, rocketmq: Clu
         streamed = job_result("stream", [
             "--remote", server.url, "--sink", str(sink), "--checkpoint", str(tmp_path / "checkpoint"), "--read-back",
             *source_options(nameServer=rocketmq.namesrv_addr, topic=topic, consumerGroup=group,
-                            consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", maxMessagesPerTrigger=PER_TRIGGER),
+                            consumeFromWhere=FIRST, maxMessagesPerTrigger=PER_TRIGGER),
         ], tmp_path / "client", venv.python)
 
     assert streamed["spark"] == CONNECT_LINE and streamed["client"] == CONNECT_CLIENT
