@@ -10,6 +10,7 @@ Usage::
 
     python -m integration.cluster start [--version 4.9.7|5.3.3|5.5.0|5.5.1] [--brokers 2] [--proxy] ...
     python -m integration.cluster start --tls enforcing   # TLS only, with a test CA of the run's own
+    python -m integration.cluster start --layout dledger --brokers 1   # replicas: integration/replicated.py
     python -m integration.cluster status
     python -m integration.cluster stop
     python -m integration.cluster tool produce --topic T --count 10   # the Java test tool
@@ -35,8 +36,8 @@ from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
     ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig, broker_settings, broker_store,
-    config_from_json,
+    LAYOUT_MASTERS, LAYOUTS, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig,
+    broker_settings, broker_store, config_from_json,
     config_to_json, namesrv_name,
     logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
 )
@@ -54,8 +55,8 @@ __all__ = [
     "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
     "DEFAULT_PROXY_GRPC_PORT", "DEFAULT_PROXY_REMOTING_PORT", "DEFAULT_VERSION", "DEFAULT_WORKDIR", "LOOPBACK",
     "PORT_OFFSET", "PROXY_MODE_CLUSTER", "PROXY_MODE_LOCAL", "RELEASES", "STATE_FILE_NAME", "VERSION_ENV", "Cluster",
-    "ClusterConfig", "ClusterError", "Server", "ensure_built", "main", "namesrv_name", "run_tool", "shifted",
-    "tool_command",
+    "ClusterConfig", "ClusterError", "Server", "cluster_for", "ensure_built", "main", "namesrv_name", "run_tool",
+    "shifted", "tool_command",
 ]
 
 STATE_FILE_NAME = "cluster.json"
@@ -126,12 +127,12 @@ class Cluster:
             deadline = time.monotonic() + READY_TIMEOUT_S
             for namesrv in [self._spawn_namesrv(i) for i in range(len(cfg.namesrv_ports))]:
                 wait_ready(namesrv, deadline)
-            brokers = [self._spawn_broker(i) for i in range(cfg.brokers)]
+            brokers = self._spawn_brokers()
             deadline = time.monotonic() + READY_TIMEOUT_S
             for broker in brokers:
                 wait_ready(broker, deadline)
             if brokers:
-                self._wait_registered(deadline)
+                self._wait_brokers(deadline)
             if cfg.proxy and cfg.proxy_mode == PROXY_MODE_CLUSTER:
                 # Started last: a cluster-mode proxy routes through the name server at once.
                 args = ["-pm", PROXY_MODE_CLUSTER, "-n", cfg.namesrv_addr, "-pc", str(self._write_proxy_conf())]
@@ -167,6 +168,14 @@ class Cluster:
         conf = self.config.workdir / "conf" / f"{name}.conf"
         write_properties(conf, {"listenPort": str(port)})
         return self._spawn("namesrv", name, NAMESRV_MAIN, NAMESRV_HEAP, ["-c", str(conf)], [port], [NAMESRV_READY])
+
+    def _spawn_brokers(self) -> list[Server]:
+        """Every broker JVM of the layout: here one master per broker name (see replicated.py)."""
+        return [self._spawn_broker(i) for i in range(self.config.brokers)]
+
+    def _wait_brokers(self, deadline: float) -> None:
+        """Until the name servers list every broker name the layout serves."""
+        self._wait_registered(deadline)
 
     def _spawn_broker(self, index: int) -> Server:
         cfg = self.config
@@ -332,6 +341,15 @@ class Cluster:
         return result.stdout
 
 
+def cluster_for(config: ClusterConfig) -> Cluster:
+    """The cluster the config describes: for a replicated layout, one that knows its replicas."""
+    if config.layout == LAYOUT_MASTERS:
+        return Cluster(config)
+    from integration.replicated import ReplicatedCluster  # it builds on this module
+
+    return ReplicatedCluster(config)
+
+
 def _built(version: str) -> None:
     try:
         ensure_built(version)
@@ -362,6 +380,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--short-retention", action="store_true", help="commit-log files expire when full")
     start.add_argument("--max-transfer-count", type=int, default=None,
                        help="maxTransferCountOnMessageInMemory")
+    start.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_MASTERS,
+                       help="how each broker name is served: one master, or replicas (integration/replicated.py)")
+    start.add_argument("--slave-read", action="store_true", help="slaveReadEnable: 5.x slaves serve pulls")
     start.add_argument("--keep-data", action="store_true", help="keep the stores of an earlier run")
     start.add_argument("--tls", choices=TLS_MODES, default=None,
                        help="tls.server.mode of every server; enforcing and permissive serve a certificate of "
@@ -397,11 +418,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             broker_ports=tuple(int(p) for p in opts.broker_ports.split(",")),
             proxy_remoting_port=opts.proxy_remoting_port, proxy_grpc_port=opts.proxy_grpc_port,
             property_filter=opts.property_filter, acl=opts.acl, short_retention=opts.short_retention,
-            max_transfer_count_in_memory=opts.max_transfer_count, tls=opts.tls,
+            max_transfer_count_in_memory=opts.max_transfer_count, tls=opts.tls, layout=opts.layout,
+            slave_read=opts.slave_read,
         )
         if opts.version:
             config.version = opts.version
-        cluster = Cluster(config).start(keep_data=opts.keep_data)
+        cluster = cluster_for(config).start(keep_data=opts.keep_data)
         ca_cert = {"caCert": str(cluster.ca_cert)} if config.tls_clients else {}
         print(json.dumps({"version": cluster.version, "namesrv": cluster.namesrv_addr, **ca_cert,
                           "servers": cluster.status()}, indent=2))

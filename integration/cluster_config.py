@@ -27,6 +27,13 @@ BROKER_NAMES = ("broker-a", "broker-b")
 BROKER_A, BROKER_B = BROKER_NAMES
 PROXY_MODE_CLUSTER = "cluster"
 PROXY_MODE_LOCAL = "local"
+# How each broker name is served: by one master (the default), or by replicas of one of the
+# replicated layouts (integration/replicated.py).
+LAYOUT_MASTERS = "masters"
+LAYOUT_MASTER_SLAVE = "master-slave"
+LAYOUT_DLEDGER = "dledger"
+LAYOUT_CONTROLLER = "controller"
+LAYOUTS = (LAYOUT_MASTERS, LAYOUT_MASTER_SLAVE, LAYOUT_DLEDGER, LAYOUT_CONTROLLER)
 
 PORT_OFFSET = int(os.environ.get("ROCKETMQ_PORT_OFFSET", "0"))
 DEFAULT_WORKDIR = Path(__file__).resolve().parent / ("work" if PORT_OFFSET == 0 else f"work-{PORT_OFFSET}")
@@ -92,6 +99,13 @@ class ClusterConfig:
     # Settings of one broker only, by name, on top of everything else (e.g. the address it
     # registers, to put a relay in front of it).
     broker_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    # LAYOUT_MASTERS: each of ``brokers`` broker names is one master. A replicated layout serves
+    # each by several brokers, its replicas (integration/replicated.py): a SYNC_MASTER and its
+    # slave, a DLedger group of three, or (5.x) two brokers under the controller that runs in
+    # the name server.
+    layout: str = LAYOUT_MASTERS
+    # slaveReadEnable on every replica: whether a 5.x slave serves pulls (4.9 slaves always do).
+    slave_read: bool = False
 
     @property
     def release(self) -> Release:

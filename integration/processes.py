@@ -49,7 +49,9 @@ def process_is(pid: int, marker: str) -> bool:
     """True if pid is alive and is the process we started, not a stranger that reused the pid.
 
     The java launcher may re-exec itself right after start, and for that moment its command line
-    reads empty; an empty command line therefore counts as ours. A zombie counts as gone.
+    reads empty; an empty command line therefore counts as ours. A zombie counts as gone once
+    its last thread has exited: a killed JVM's main thread turns zombie first, and its sockets
+    stay open (its ports taken) until the other threads are gone too.
     """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -58,10 +60,20 @@ def process_is(pid: int, marker: str) -> bool:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
     if state == "Z":
+        if threads(pid) > 1:
+            return True
         reap(pid)
         return False
     workdir = str(Path(marker).parent.parent)
     return not cmdline or workdir.encode() in cmdline
+
+
+def threads(pid: int) -> int:
+    """How many threads the process has left (0: none, or it is gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 def port_open(port: int) -> bool:
