@@ -37,18 +37,31 @@ from typing import Any, TypeVar
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from big_topic_spark import (  # noqa: E402
+    CPU_SHOWN,
+    KEY_COLUMNS,
+    SHOWN_IN_ERRORS,
+    SPARK_CONF,
+    Ranges,
+    batch_read,
+    check_exactly_once,
+    first_batch_and_idle,
+    stream_options,
+    stream_rows,
+)
 from common import log  # noqa: E402
 from dataset import stop_leftover  # noqa: E402
-from report import machine  # noqa: E402
-from sampling import CPU_LABELS, SPARK_JVM, SPARK_PYTHON, Sampler  # noqa: E402
-from big_topic_spark import (  # noqa: E402
-    CPU_SHOWN, KEY_COLUMNS, SHOWN_IN_ERRORS, SPARK_CONF, Ranges, batch_read, check_exactly_once, first_batch_and_idle,
-    stream_options, stream_rows,
-)
 from integration.cluster import (  # noqa: E402
-    BROKER_NAMES, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, Cluster, ClusterConfig, ClusterError,
+    BROKER_NAMES,
+    DEFAULT_BROKER_PORTS,
+    DEFAULT_NAMESRV_PORT,
+    Cluster,
+    ClusterConfig,
+    ClusterError,
 )
 from integration.spark import local_spark  # noqa: E402
+from report import machine  # noqa: E402
+from sampling import CPU_LABELS, SPARK_JVM, SPARK_PYTHON, Sampler  # noqa: E402
 
 WORKDIR = ROOT / "integration" / "work" / "bench-big"
 RESULTS = ROOT / "bench" / "results" / "big_topic.json"
@@ -63,8 +76,12 @@ MS_PER_S = 1000.0
 # sampled this long before the cases, so the CPU figures can be read net of it.
 AT_REST_S = 5.0
 # What the big topic must do on a 2-core machine.
-TARGETS = {"idle_latest_offset_ms": 50.0, "micro_batch_seconds": 2.0, "batch_read_seconds": 3.0,
-           "requests_per_broker_topic": 3.0}
+TARGETS = {
+    "idle_latest_offset_ms": 50.0,
+    "micro_batch_seconds": 2.0,
+    "batch_read_seconds": 3.0,
+    "requests_per_broker_topic": 3.0,
+}
 
 T = TypeVar("T")
 
@@ -81,8 +98,20 @@ def create_and_fill(cluster: Cluster, topic: str, queues_per_broker: int, per_qu
     cluster.tool("create-topic", "--topic", topic, "--queues", str(queues_per_broker))
     count = BROKERS * queues_per_broker * per_queue
     started = time.perf_counter()
-    cluster.tool("produce", "--topic", topic, "--count", str(count), "--body-size", str(BODY_SIZE), "--random-body",
-                 "--batch", str(per_queue), "--quiet", timeout=TOOL_TIMEOUT_S)
+    cluster.tool(
+        "produce",
+        "--topic",
+        topic,
+        "--count",
+        str(count),
+        "--body-size",
+        str(BODY_SIZE),
+        "--random-body",
+        "--batch",
+        str(per_queue),
+        "--quiet",
+        timeout=TOOL_TIMEOUT_S,
+    )
     log(f"{topic}: {count:,} messages sent in {time.perf_counter() - started:.1f} s")
     return wait_filled(cluster.namesrv_addr, topic, BROKERS * queues_per_broker, per_queue)
 
@@ -107,8 +136,9 @@ def wait_filled(namesrv: str, topic: str, queues: int, per_queue: int) -> Ranges
                 return {(q.broker_name, q.queue_id): (earliest[q], latest[q]) for q in listed}
             if time.monotonic() > deadline:
                 short = [f"{q}: {n}" for q, n in sizes.items() if n < per_queue]
-                raise RuntimeError(f"{topic}: {len(listed)} of {queues} queues listed; "
-                                   f"short queues: {short[:SHOWN_IN_ERRORS]}")
+                raise RuntimeError(
+                    f"{topic}: {len(listed)} of {queues} queues listed; short queues: {short[:SHOWN_IN_ERRORS]}"
+                )
             time.sleep(DISPATCH_POLL_S)
     finally:
         reader.close()
@@ -123,8 +153,7 @@ def _timed(action: Callable[[], T]) -> tuple[T, float]:
     return value, time.perf_counter() - started
 
 
-def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
-                 idle_calls: int) -> dict[str, Any]:
+def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, idle_calls: int) -> dict[str, Any]:
     """The driver's and a task's work in this process, timed and with the requests counted."""
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
     from rocketmq_spark.source.offset_reader import OffsetReader
@@ -141,8 +170,13 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
         return planners[-1]
 
     parts, plan_s = _timed(lambda: list(RocketMQBatchReader(batch_options, open_offsets=open_planner).partitions()))
-    out: dict[str, Any] = {"batch_plan": {"partitions": len(parts), "ms": round(plan_s * MS_PER_S, 1),
-                                          "requests": planners[0].client.requests_sent}}
+    out: dict[str, Any] = {
+        "batch_plan": {
+            "partitions": len(parts),
+            "ms": round(plan_s * MS_PER_S, 1),
+            "requests": planners[0].client.requests_sent,
+        }
+    }
 
     options = parse_options(stream_options({"nameServer": namesrv, "topic": topic}), kind=ReadKind.STREAM)
     reader = OffsetReader(options)
@@ -175,11 +209,14 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
             time.sleep(max(0.0, trigger_ms / MS_PER_S - seconds))
         per_trigger = (reader.client.requests_sent - before) / idle_calls
         out["idle_latest_offset"] = {
-            "calls": idle_calls, "median_ms": round(statistics.median(walls), 2), "max_ms": round(max(walls), 2),
+            "calls": idle_calls,
+            "median_ms": round(statistics.median(walls), 2),
+            "max_ms": round(max(walls), 2),
             "median_cpu_ms": round(statistics.median(cpus), 2),
             "report_latest_offset_median_ms": round(statistics.median(reports), 2),
             "requests_per_trigger": round(per_trigger, 3),
-            "requests_per_broker_topic": round(per_trigger / BROKERS / TOPICS, 3)}
+            "requests_per_broker_topic": round(per_trigger / BROKERS / TOPICS, 3),
+        }
     finally:
         stream.stop()
 
@@ -197,18 +234,24 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int,
     (key_batches, batches), read_s = _timed(read_all)
     cpu_s = time.process_time() - cpu_before
     columns = [batch.to_pydict() for batch in key_batches]
-    check_exactly_once((key for c in columns for key in zip(*(c[name] for name in KEY_COLUMNS))), expected,
-                       "read_partition")
-    out["read"] = {"partitions": len(stream_parts), "seconds": round(read_s, 3), "cpu_seconds": round(cpu_s, 3),
-                   "arrow_batches": batches}
+    check_exactly_once(
+        (key for c in columns for key in zip(*(c[name] for name in KEY_COLUMNS))), expected, "read_partition"
+    )
+    out["read"] = {
+        "partitions": len(stream_parts),
+        "seconds": round(read_s, 3),
+        "cpu_seconds": round(cpu_s, 3),
+        "arrow_batches": batches,
+    }
     return out
 
 
 # ------------------------------------------------------------------------ one case
 
 
-def run_case(cluster: Cluster, spark: Any, args: argparse.Namespace, queues_per_broker: int,
-             stamp: str) -> dict[str, Any]:
+def run_case(
+    cluster: Cluster, spark: Any, args: argparse.Namespace, queues_per_broker: int, stamp: str
+) -> dict[str, Any]:
     """One topic: fill it, measure the source alone, then spark.read and a stream, each checked."""
     topic = f"big-{queues_per_broker}x{args.messages_per_queue}-{stamp}"
     namesrv = cluster.namesrv_addr
@@ -222,13 +265,22 @@ def run_case(cluster: Cluster, spark: Any, args: argparse.Namespace, queues_per_
     read = batch_read(spark, options, expected, args.read_repeats, servers)
     log(f"{topic}: a stream's first micro-batch, then {args.idle_seconds} s idle")
     checkpoints = args.workdir / "checkpoints" / topic
-    stream = first_batch_and_idle(spark, options, rows, checkpoints / "timed", args.trigger_ms, args.idle_seconds,
-                                  servers)
+    stream = first_batch_and_idle(
+        spark, options, rows, checkpoints / "timed", args.trigger_ms, args.idle_seconds, servers
+    )
     checked = stream_rows(spark, options, expected, checkpoints / "checked")
-    return {"topic": topic, "queues": len(expected), "queues_per_broker": queues_per_broker,
-            "messages_per_queue": args.messages_per_queue, "rows": rows, "source_alone": alone,
-            "spark_read": read, "stream": stream, "stream_rows_checked": checked,
-            "targets_met": targets_met(alone, read, stream)}
+    return {
+        "topic": topic,
+        "queues": len(expected),
+        "queues_per_broker": queues_per_broker,
+        "messages_per_queue": args.messages_per_queue,
+        "rows": rows,
+        "source_alone": alone,
+        "spark_read": read,
+        "stream": stream,
+        "stream_rows_checked": checked,
+        "targets_met": targets_met(alone, read, stream),
+    }
 
 
 def targets_met(alone: dict[str, Any], read: dict[str, Any], stream: dict[str, Any]) -> dict[str, bool]:
@@ -253,11 +305,15 @@ def render(report: dict[str, Any]) -> str:
     m = report["machine"]
     width, cell = 50, 24
     head = "".join(f"{'2 x {} queues'.format(c['queues_per_broker']):>{cell}}" for c in cases)
-    lines = ["", f"rocketmq-spark big-topic benchmark, {report['finished']}",
-             f"{p['messages_per_queue']} messages of {BODY_SIZE} B per queue, 2 brokers, local[2]; trigger "
-             f"{p['trigger_ms']} ms, {p['idle_seconds']} s idle, {p['idle_calls']} direct calls",
-             f"{m['cpus']} x {m['cpu_model']}; Python {m['python']}, PySpark {m['pyspark']}, RocketMQ {m['rocketmq']}",
-             "", f"{'':{width}}{head}{'target':>10}  met (largest)"]
+    lines = [
+        "",
+        f"rocketmq-spark big-topic benchmark, {report['finished']}",
+        f"{p['messages_per_queue']} messages of {BODY_SIZE} B per queue, 2 brokers, local[2]; trigger "
+        f"{p['trigger_ms']} ms, {p['idle_seconds']} s idle, {p['idle_calls']} direct calls",
+        f"{m['cpus']} x {m['cpu_model']}; Python {m['python']}, PySpark {m['pyspark']}, RocketMQ {m['rocketmq']}",
+        "",
+        f"{'':{width}}{head}{'target':>10}  met (largest)",
+    ]
 
     def row(label: str, value: Callable[[dict[str, Any]], Any], target: str = "", met: str | None = None) -> None:
         cells = "".join(f"{value(c):>{cell}}" for c in cases)
@@ -265,50 +321,93 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"{label:{width}}{cells}{target:>10}  {verdict}")
 
     row("rows (each checked exactly once)", lambda c: f"{c['rows']:,}")
-    row("1. idle latestOffset, Spark progress (ms)",
-        lambda c: c["stream"]["idle"]["median_duration_ms"].get("latestOffset", 0), "<= 50", "idle_latest_offset_ms")
-    row("   idle latestOffset, called directly (ms / CPU ms)",
-        lambda c: f"{c['source_alone']['idle_latest_offset']['median_ms']:.1f} / "
-                  f"{c['source_alone']['idle_latest_offset']['median_cpu_ms']:.1f}")
-    row("   reportLatestOffset, called directly (ms)",
-        lambda c: f"{c['source_alone']['idle_latest_offset']['report_latest_offset_median_ms']:.1f}")
-    row("   idle trigger, triggerExecution (ms)",
-        lambda c: c["stream"]["idle"]["median_duration_ms"].get("triggerExecution", 0))
-    row("2. micro-batch triggerExecution (s)",
-        lambda c: f"{c['stream']['batch']['duration_ms']['triggerExecution'] / MS_PER_S:.2f}", "<= 2",
-        "micro_batch_seconds")
+    row(
+        "1. idle latestOffset, Spark progress (ms)",
+        lambda c: c["stream"]["idle"]["median_duration_ms"].get("latestOffset", 0),
+        "<= 50",
+        "idle_latest_offset_ms",
+    )
+    row(
+        "   idle latestOffset, called directly (ms / CPU ms)",
+        lambda c: (
+            f"{c['source_alone']['idle_latest_offset']['median_ms']:.1f} / "
+            f"{c['source_alone']['idle_latest_offset']['median_cpu_ms']:.1f}"
+        ),
+    )
+    row(
+        "   reportLatestOffset, called directly (ms)",
+        lambda c: f"{c['source_alone']['idle_latest_offset']['report_latest_offset_median_ms']:.1f}",
+    )
+    row(
+        "   idle trigger, triggerExecution (ms)",
+        lambda c: c["stream"]["idle"]["median_duration_ms"].get("triggerExecution", 0),
+    )
+    row(
+        "2. micro-batch triggerExecution (s)",
+        lambda c: f"{c['stream']['batch']['duration_ms']['triggerExecution'] / MS_PER_S:.2f}",
+        "<= 2",
+        "micro_batch_seconds",
+    )
     row("   micro-batch addBatch (s)", lambda c: f"{c['stream']['batch']['duration_ms']['addBatch'] / MS_PER_S:.2f}")
     row("   start() to the batch's end (s)", lambda c: f"{c['stream']['batch']['wall_seconds_from_start']:.2f}")
-    row("3. spark.read count, median (s)", lambda c: f"{c['spark_read']['count_seconds_median']:.2f}", "<= 3",
-        "batch_read_seconds")
-    row("4. partitions: planner / df.rdd / micro-batch",
-        lambda c: f"{c['source_alone']['batch_plan']['partitions']} / {c['spark_read']['spark_partitions']} / "
-                  f"{c['source_alone']['stream_partitions']['partitions']}")
-    row("5. driver requests per idle trigger",
-        lambda c: c["source_alone"]["idle_latest_offset"]["requests_per_trigger"])
-    row("   per broker per topic", lambda c: c["source_alone"]["idle_latest_offset"]["requests_per_broker_topic"],
-        "<= 3", "requests_per_broker_topic")
+    row(
+        "3. spark.read count, median (s)",
+        lambda c: f"{c['spark_read']['count_seconds_median']:.2f}",
+        "<= 3",
+        "batch_read_seconds",
+    )
+    row(
+        "4. partitions: planner / df.rdd / micro-batch",
+        lambda c: (
+            f"{c['source_alone']['batch_plan']['partitions']} / {c['spark_read']['spark_partitions']} / "
+            f"{c['source_alone']['stream_partitions']['partitions']}"
+        ),
+    )
+    row(
+        "5. driver requests per idle trigger", lambda c: c["source_alone"]["idle_latest_offset"]["requests_per_trigger"]
+    )
+    row(
+        "   per broker per topic",
+        lambda c: c["source_alone"]["idle_latest_offset"]["requests_per_broker_topic"],
+        "<= 3",
+        "requests_per_broker_topic",
+    )
     lines.append("the source alone, in this process:")
-    for key, label in (("initial_offset", "initialOffset"), ("first_latest_offset", "first latestOffset"),
-                       ("stream_partitions", "micro-batch partitions()"), ("commit", "commit"),
-                       ("batch_plan", "spark.read partitions()")):
-        row(f"   {label} (ms / requests)",
-            lambda c, k=key: f"{c['source_alone'][k]['ms']:.0f} / {c['source_alone'][k]['requests']}")
-    row("   read every partition, one thread (s / CPU s)",
-        lambda c: f"{c['source_alone']['read']['seconds']:.2f} / {c['source_alone']['read']['cpu_seconds']:.2f}")
+    for key, label in (
+        ("initial_offset", "initialOffset"),
+        ("first_latest_offset", "first latestOffset"),
+        ("stream_partitions", "micro-batch partitions()"),
+        ("commit", "commit"),
+        ("batch_plan", "spark.read partitions()"),
+    ):
+        row(
+            f"   {label} (ms / requests)",
+            lambda c, k=key: f"{c['source_alone'][k]['ms']:.0f} / {c['source_alone'][k]['requests']}",
+        )
+    row(
+        "   read every partition, one thread (s / CPU s)",
+        lambda c: f"{c['source_alone']['read']['seconds']:.2f} / {c['source_alone']['read']['cpu_seconds']:.2f}",
+    )
     row("   Arrow batches handed out", lambda c: c["source_alone"]["read"]["arrow_batches"])
     lines.append(f"CPU seconds by process group ({' / '.join(CPU_LABELS[g] for g in CPU_SHOWN)}):")
-    for label, cpu in (("micro-batch, start() to its end", lambda c: c["stream"]["batch"]["cpu_seconds_from_start"]),
-                       ("spark.read count, mean", lambda c: c["spark_read"]["cpu_seconds"])):
+    for label, cpu in (
+        ("micro-batch, start() to its end", lambda c: c["stream"]["batch"]["cpu_seconds_from_start"]),
+        ("spark.read count, mean", lambda c: c["spark_read"]["cpu_seconds"]),
+    ):
         row(f"   {label}", lambda c, f=cpu: " / ".join(f"{f(c)[g]:.1f}" for g in CPU_SHOWN))
     rest = report["cpu_seconds_per_second_at_rest"]
-    lines.append(f"{'   at rest, per second (the same for all)':{width}}"
-                 f"{' / '.join(f'{rest[g]:.2f}' for g in CPU_SHOWN):>{cell}}")
+    lines.append(
+        f"{'   at rest, per second (the same for all)':{width}}"
+        f"{' / '.join(f'{rest[g]:.2f}' for g in CPU_SHOWN):>{cell}}"
+    )
     # The brokers' and this process's own background work dwarfs an idle trigger's; not shown.
     idle_groups = (SPARK_JVM, SPARK_PYTHON)
-    row(f"   an idle trigger, ms ({' / '.join(CPU_LABELS[g] for g in idle_groups)})",
-        lambda c: " / ".join(f"{c['stream']['idle']['cpu_seconds_per_trigger'][g] * MS_PER_S:.1f}"
-                             for g in idle_groups))
+    row(
+        f"   an idle trigger, ms ({' / '.join(CPU_LABELS[g] for g in idle_groups)})",
+        lambda c: " / ".join(
+            f"{c['stream']['idle']['cpu_seconds_per_trigger'][g] * MS_PER_S:.1f}" for g in idle_groups
+        ),
+    )
     lines.append("")
     return "\n".join(lines)
 
@@ -320,17 +419,27 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queues-per-broker", type=int, default=512, help="queues of the big topic on each broker")
     parser.add_argument("--messages-per-queue", type=int, default=10, help="messages in every queue")
-    parser.add_argument("--compare-queues-per-broker", type=int, default=8,
-                        help="queues per broker of the small topic measured alongside (0: none)")
+    parser.add_argument(
+        "--compare-queues-per-broker",
+        type=int,
+        default=8,
+        help="queues per broker of the small topic measured alongside (0: none)",
+    )
     parser.add_argument("--trigger-ms", type=int, default=300, help="processing-time trigger of the idle stream")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long the stream runs idle")
-    parser.add_argument("--idle-calls", type=int, default=40,
-                        help="direct idle latestOffset calls, one per trigger interval (40 x 300 ms spans a "
-                             "route refresh)")
+    parser.add_argument(
+        "--idle-calls",
+        type=int,
+        default=40,
+        help="direct idle latestOffset calls, one per trigger interval (40 x 300 ms spans a route refresh)",
+    )
     parser.add_argument("--read-repeats", type=int, default=3, help="timed spark.read counts; the median is reported")
     parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
-    parser.add_argument("--broker-ports", default=",".join(map(str, DEFAULT_BROKER_PORTS)),
-                        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)")
+    parser.add_argument(
+        "--broker-ports",
+        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
+        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
+    )
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the benchmark cluster's own work directory")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -338,8 +447,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     if len(args.broker_ports) != BROKERS:
         parser.error("--broker-ports wants two ports: broker-a,broker-b")
     if min(args.queues_per_broker, args.messages_per_queue, args.trigger_ms, args.idle_calls, args.read_repeats) < 1:
-        parser.error("--queues-per-broker, --messages-per-queue, --trigger-ms, --idle-calls and --read-repeats "
-                     "must be positive")
+        parser.error(
+            "--queues-per-broker, --messages-per-queue, --trigger-ms, --idle-calls and --read-repeats must be positive"
+        )
     if args.compare_queues_per_broker < 0 or args.idle_seconds <= 0:
         parser.error("--compare-queues-per-broker must not be negative, --idle-seconds must be positive")
     return args
@@ -355,8 +465,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d%H%M%S")
     stop_leftover(args.workdir)
     shutil.rmtree(args.workdir / "checkpoints", ignore_errors=True)
-    cluster = Cluster(ClusterConfig(workdir=args.workdir, brokers=BROKERS, namesrv_port=args.namesrv_port,
-                                    broker_ports=args.broker_ports))
+    cluster = Cluster(
+        ClusterConfig(
+            workdir=args.workdir, brokers=BROKERS, namesrv_port=args.namesrv_port, broker_ports=args.broker_ports
+        )
+    )
     spark = None
     try:
         started = time.monotonic()
@@ -367,15 +480,24 @@ def main(argv: Iterable[str] | None = None) -> int:
             time.sleep(AT_REST_S)
         sizes = [n for n in (args.compare_queues_per_broker, args.queues_per_broker) if n]
         cases = [run_case(cluster, spark, args, n, stamp) for n in sizes]
-        report = {"finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                  "parameters": {"messages_per_queue": args.messages_per_queue, "body_size": BODY_SIZE,
-                                 "trigger_ms": args.trigger_ms, "idle_seconds": args.idle_seconds,
-                                 "idle_calls": args.idle_calls, "read_repeats": args.read_repeats,
-                                 "total_seconds": round(time.monotonic() - started)},
-                  "machine": machine(), "targets": TARGETS,
-                  "cpu_seconds_per_second_at_rest": {g: round(v / resting.wall, 4) for g, v in resting.cpu().items()
-                                                     if g in CPU_SHOWN},
-                  "cases": cases}
+        report = {
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "parameters": {
+                "messages_per_queue": args.messages_per_queue,
+                "body_size": BODY_SIZE,
+                "trigger_ms": args.trigger_ms,
+                "idle_seconds": args.idle_seconds,
+                "idle_calls": args.idle_calls,
+                "read_repeats": args.read_repeats,
+                "total_seconds": round(time.monotonic() - started),
+            },
+            "machine": machine(),
+            "targets": TARGETS,
+            "cpu_seconds_per_second_at_rest": {
+                g: round(v / resting.wall, 4) for g, v in resting.cpu().items() if g in CPU_SHOWN
+            },
+            "cases": cases,
+        }
         print(render(report))
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=2) + "\n")

@@ -52,17 +52,33 @@ from common import ROOT, log
 sys.path.insert(0, str(ROOT))
 
 from dataset import (
-    BODY_SIZE, cluster_config, create_topic, planned_messages, produce_data, server_pids, source_options,
-    stop_leftover, wait_planned,
+    BODY_SIZE,
+    cluster_config,
+    create_topic,
+    planned_messages,
+    produce_data,
+    server_pids,
+    source_options,
+    stop_leftover,
+    wait_planned,
 )
 from integration.cluster import (
-    DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, Cluster, ClusterError,
-)
-from readers import (
-    NARROW_SCHEMA, java_consume, pool_warm, run_available_now, run_client, run_spark_batch, start_spark,
+    DEFAULT_BROKER_PORTS,
+    DEFAULT_NAMESRV_PORT,
+    Cluster,
+    ClusterError,
 )
 from latency import file_system_checkpoint_manager, run_latency
 from pushdown_window import PushdownCase
+from readers import (
+    NARROW_SCHEMA,
+    java_consume,
+    pool_warm,
+    run_available_now,
+    run_client,
+    run_spark_batch,
+    start_spark,
+)
 from report import READERS, machine, ratios, render, summarize, target
 from sampling import CLIENT_POOL, SPARK_PYTHON, Phase, Sampler, descendants, proc_table, read_proc
 
@@ -77,33 +93,54 @@ DEFAULT_LATENCY_SECONDS = 30
 DEFAULT_PULL_BATCH_SIZE = 32
 # The readers that read the whole data set in every repeat, and the process group whose memory
 # each one's row reports.
-MEMORY_GROUPS: dict[str, str | None] = {"a": None, "b": CLIENT_POOL, "c": SPARK_PYTHON, "c-narrow": SPARK_PYTHON,
-                                        "d": SPARK_PYTHON}
+MEMORY_GROUPS: dict[str, str | None] = {
+    "a": None,
+    "b": CLIENT_POOL,
+    "c": SPARK_PYTHON,
+    "c-narrow": SPARK_PYTHON,
+    "d": SPARK_PYTHON,
+}
 LATENCY = "e"
 PUSHDOWN_NEEDS = "filter pushdown to Python sources needs PySpark 4.1 or later"
 
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES,
-                        help=f"messages to produce (default {DEFAULT_MESSAGES:,})")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help="runs of each reader; the median and the best are reported")
+    parser.add_argument(
+        "--messages", type=int, default=DEFAULT_MESSAGES, help=f"messages to produce (default {DEFAULT_MESSAGES:,})"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=DEFAULT_REPEATS, help="runs of each reader; the median and the best are reported"
+    )
     parser.add_argument("--rate", type=int, default=DEFAULT_RATE, help="msg/s the producer sends during e")
-    parser.add_argument("--latency-seconds", type=int, default=DEFAULT_LATENCY_SECONDS,
-                        help="how long the producer sends during e")
-    parser.add_argument("--pull-batch-size", type=int, default=DEFAULT_PULL_BATCH_SIZE,
-                        help="messages per pull, for the Java consumer and the connector alike")
+    parser.add_argument(
+        "--latency-seconds", type=int, default=DEFAULT_LATENCY_SECONDS, help="how long the producer sends during e"
+    )
+    parser.add_argument(
+        "--pull-batch-size",
+        type=int,
+        default=DEFAULT_PULL_BATCH_SIZE,
+        help="messages per pull, for the Java consumer and the connector alike",
+    )
     parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
-    parser.add_argument("--broker-ports", default=",".join(map(str, DEFAULT_BROKER_PORTS)),
-                        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)")
+    parser.add_argument(
+        "--broker-ports",
+        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
+        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
+    )
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the benchmark cluster's own work directory")
     parser.add_argument("--topic", default=None, help="topic of the data set (default bench-<messages>)")
-    parser.add_argument("--skip-produce", action="store_true",
-                        help="keep the stores of an earlier run and reuse --topic as it is")
+    parser.add_argument(
+        "--skip-produce", action="store_true", help="keep the stores of an earlier run and reuse --topic as it is"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="after the repeats, profile one more run of b, c and d with py-spy into DIR")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="after the repeats, profile one more run of b, c and d with py-spy into DIR",
+    )
     args = parser.parse_args(argv)
     args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
     if len(args.broker_ports) != len(DEFAULT_BROKER_PORTS):
@@ -170,10 +207,12 @@ def main(argv: Iterable[str] | None = None) -> int:
         if warm_pushdown is not None:  # the first pushed read plans in a cold process
             warm_pushdown.run_once()
         # Warm, the same actions on a tiny topic show what each costs regardless of data.
-        fixed = {"messages": WARMUP_MESSAGES,
-                 "b": run_client(pool, namesrv, warmup, pbs)[1],
-                 "c": run_spark_batch(spark, namesrv, warmup, pbs)[1],
-                 "d": run_available_now(spark, namesrv, warmup, pbs, checkpoints / "fixed")[1]}
+        fixed = {
+            "messages": WARMUP_MESSAGES,
+            "b": run_client(pool, namesrv, warmup, pbs)[1],
+            "c": run_spark_batch(spark, namesrv, warmup, pbs)[1],
+            "d": run_available_now(spark, namesrv, warmup, pbs, checkpoints / "fixed")[1],
+        }
         log(f"fixed cost on {WARMUP_MESSAGES} messages: b {fixed['b']:.1f}s, c {fixed['c']:.1f}s, d {fixed['d']:.1f}s")
 
         runs: dict[str, list[tuple[int, float]]] = {k: [] for k in READERS}
@@ -213,19 +252,40 @@ def main(argv: Iterable[str] | None = None) -> int:
         pool.join()
         pool = None
 
-        latency = run_latency(spark, cluster, latency_topic, args.rate, args.latency_seconds, pbs,
-                              checkpoints / "latency", phases[LATENCY])
-        log(f"e. latency p50 {latency['to_foreach_batch_ms']['p50']:.0f} ms, "
-            f"p99 {latency['to_foreach_batch_ms']['p99']:.0f} ms")
+        latency = run_latency(
+            spark,
+            cluster,
+            latency_topic,
+            args.rate,
+            args.latency_seconds,
+            pbs,
+            checkpoints / "latency",
+            phases[LATENCY],
+        )
+        log(
+            f"e. latency p50 {latency['to_foreach_batch_ms']['p50']:.0f} ms, "
+            f"p99 {latency['to_foreach_batch_ms']['p99']:.0f} ms"
+        )
         manager = file_system_checkpoint_manager(spark)
         latency_fs = None
         if manager is None:
             log("e-fs: skipped, this Spark has no FileSystem-based checkpoint manager")
         else:
-            latency_fs = run_latency(spark, cluster, latency_fs_topic, args.rate, args.latency_seconds, pbs,
-                                     checkpoints / "latency-fs", None, checkpoint_manager=manager)
-            log(f"e-fs. latency p50 {latency_fs['to_foreach_batch_ms']['p50']:.0f} ms, "
-                f"p99 {latency_fs['to_foreach_batch_ms']['p99']:.0f} ms")
+            latency_fs = run_latency(
+                spark,
+                cluster,
+                latency_fs_topic,
+                args.rate,
+                args.latency_seconds,
+                pbs,
+                checkpoints / "latency-fs",
+                None,
+                checkpoint_manager=manager,
+            )
+            log(
+                f"e-fs. latency p50 {latency_fs['to_foreach_batch_ms']['p50']:.0f} ms, "
+                f"p99 {latency_fs['to_foreach_batch_ms']['p99']:.0f} ms"
+            )
 
         throughput = {k: summarize(v) for k, v in runs.items()}
         throughput["a"]["tool_wall_seconds_with_jvm_start"] = [round(w, 2) for w in java_wall]
@@ -233,9 +293,15 @@ def main(argv: Iterable[str] | None = None) -> int:
         report = {
             "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "parameters": {
-                "messages": messages, "body_size": BODY_SIZE, "queues": queues, "topic": topic,
-                "repeats": args.repeats, "pull_batch_size": pbs, "rate": args.rate,
-                "latency_seconds": args.latency_seconds, "narrow_schema": NARROW_SCHEMA,
+                "messages": messages,
+                "body_size": BODY_SIZE,
+                "queues": queues,
+                "topic": topic,
+                "repeats": args.repeats,
+                "pull_batch_size": pbs,
+                "rate": args.rate,
+                "latency_seconds": args.latency_seconds,
+                "narrow_schema": NARROW_SCHEMA,
                 "produce_seconds": None if produce_seconds is None else round(produce_seconds, 1),
             },
             "machine": machine(),
@@ -246,8 +312,11 @@ def main(argv: Iterable[str] | None = None) -> int:
             "pushdown": {"skipped": PUSHDOWN_NEEDS} if pushdown is None else pushdown.report(),
             "latency": latency,
             "latency_fs_checkpoint": latency_fs,
-            "worker_memory": {k: phases[k].memory() for k, group in [*MEMORY_GROUPS.items(), (LATENCY, SPARK_PYTHON)]
-                              if group is not None},
+            "worker_memory": {
+                k: phases[k].memory()
+                for k, group in [*MEMORY_GROUPS.items(), (LATENCY, SPARK_PYTHON)]
+                if group is not None
+            },
             "cpu": {k: phases[k].cpu(latency["rows"] if k == LATENCY else messages) for k in phases},
         }
         report["parameters"]["total_seconds"] = round(time.monotonic() - started)
@@ -281,8 +350,11 @@ def profile(out_dir: Path, pool: Any, spark: Any, namesrv: str, topic: str, pbs:
         run_client(pool, namesrv, topic, pbs)
     log("profile of b:\n" + profiler.summary())
     # Spark's Python daemons fork the task workers, and the stream's reader process for d.
-    daemons = [pid for pid in descendants(proc_table(), os.getpid())
-               if b"pyspark.daemon" in (read_proc(f"/proc/{pid}/cmdline") or b"")]
+    daemons = [
+        pid
+        for pid in descendants(proc_table(), os.getpid())
+        if b"pyspark.daemon" in (read_proc(f"/proc/{pid}/cmdline") or b"")
+    ]
     with Profiler(out_dir, "c", daemons, follow_children=True) as profiler:
         run_spark_batch(spark, namesrv, topic, pbs)
     log("profile of c:\n" + profiler.summary())
@@ -303,10 +375,12 @@ def _shutdown(pool: Any, spark: Any, cluster: Cluster) -> None:
     if pool is not None:
         steps.append(("client pool", pool.terminate))
     if spark is not None:
+
         def stop_spark() -> None:
             for query in spark.streams.active:
                 query.stop()
             spark.stop()
+
         steps.append(("Spark", stop_spark))
     steps.append(("RocketMQ", cluster.stop))
     for name, step in steps:

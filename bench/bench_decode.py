@@ -27,10 +27,10 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from rocketmq_spark.remoting import codes
 from rocketmq_spark.records.columns import from_walked
 from rocketmq_spark.records.decoder import PullDecoder, decode_pulls
 from rocketmq_spark.records.walk import Walked, decode_messages, walk
+from rocketmq_spark.remoting import codes
 from rocketmq_spark.source.partition_reader import ARROW_BATCH_ROWS
 
 PULL_BATCH = 32
@@ -48,23 +48,35 @@ _PROPERTIES_LENGTH = struct.Struct(">h")
 def build_record(queue_offset: int, body: bytes) -> bytes:
     """One commitlog record as a 5.x broker stores it."""
     properties = (
-        f"TAGS\x01TagA\x02KEYS\x01order-{queue_offset}\x02"
-        f"UNIQ_KEY\x017F0000010001{queue_offset:020X}\x02"
+        f"TAGS\x01TagA\x02KEYS\x01order-{queue_offset}\x02UNIQ_KEY\x017F0000010001{queue_offset:020X}\x02"
     ).encode()
-    size = (
-        _PREFIX.size + len(body) + _TOPIC_LENGTH.size + len(TOPIC)
-        + _PROPERTIES_LENGTH.size + len(properties)
-    )
+    size = _PREFIX.size + len(body) + _TOPIC_LENGTH.size + len(TOPIC) + _PROPERTIES_LENGTH.size + len(properties)
     commit_log_offset = queue_offset * size
     prefix = _PREFIX.pack(
-        size, codes.MESSAGE_MAGIC_V1, 0, queue_offset % 8, 0,
-        queue_offset, commit_log_offset, 0, 1_700_000_000_000 + queue_offset, BORN_HOST,
-        1_700_000_000_005 + queue_offset, STORE_HOST, 0, 0, len(body),
+        size,
+        codes.MESSAGE_MAGIC_V1,
+        0,
+        queue_offset % 8,
+        0,
+        queue_offset,
+        commit_log_offset,
+        0,
+        1_700_000_000_000 + queue_offset,
+        BORN_HOST,
+        1_700_000_000_005 + queue_offset,
+        STORE_HOST,
+        0,
+        0,
+        len(body),
     )
     return b"".join(
         (
-            prefix, body, _TOPIC_LENGTH.pack(len(TOPIC)), TOPIC,
-            _PROPERTIES_LENGTH.pack(len(properties)), properties,
+            prefix,
+            body,
+            _TOPIC_LENGTH.pack(len(TOPIC)),
+            TOPIC,
+            _PROPERTIES_LENGTH.pack(len(properties)),
+            properties,
         )
     )
 
@@ -135,8 +147,12 @@ def main() -> None:
     groups = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)]
     if len(bulk(groups[0])) != min(args.messages, per_batch * PULL_BATCH):  # type: ignore[arg-type]
         raise SystemExit("the bulk decoder lost messages")
-    apis = (("bulk (reader)", bulk), ("bulk, narrow", bulk_narrow), ("per-record", per_record),
-            ("decode_messages", each(decode_messages)))
+    apis = (
+        ("bulk (reader)", bulk),
+        ("bulk, narrow", bulk_narrow),
+        ("per-record", per_record),
+        ("decode_messages", each(decode_messages)),
+    )
     for name, decode in apis:
         seconds, cpu_seconds = time_api(decode, groups, args.runs)
         # CPU/wall near 1.0: the work ran on one core (no library spread it over threads).

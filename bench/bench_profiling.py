@@ -52,12 +52,25 @@ class Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for pid in self.pids:
             output = self.out_dir / f"{self.run}-{pid}.txt"
-            command = [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--output", str(output),
-                       "--rate", str(SAMPLES_PER_S), "--nonblocking", "--gil"]
+            command = [
+                py_spy(),
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--output",
+                str(output),
+                "--rate",
+                str(SAMPLES_PER_S),
+                "--nonblocking",
+                "--gil",
+            ]
             if self.follow_children:
                 command.append("--subprocesses")
-            self.recorders.append((output, subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                                            stderr=subprocess.PIPE)))
+            self.recorders.append(
+                (output, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -70,16 +83,21 @@ class Profiler:
                 recorder.kill()
                 _, err = recorder.communicate()
             if not output.exists():
-                print(f"py-spy wrote no profile for {output.name}: {err.decode(errors='replace').strip()}",
-                      file=sys.stderr)
+                print(
+                    f"py-spy wrote no profile for {output.name}: {err.decode(errors='replace').strip()}",
+                    file=sys.stderr,
+                )
 
     def summary(self) -> str:
         stacks: Counter[tuple[str, ...]] = Counter()
         for output, _ in self.recorders:
             if output.exists():
                 stacks.update(read_collapsed(output))
-        text = summarize(stacks, f"{self.run}: processes {', '.join(map(str, self.pids))}"
-                                 f"{' and the workers they forked' if self.follow_children else ''}")
+        text = summarize(
+            stacks,
+            f"{self.run}: processes {', '.join(map(str, self.pids))}"
+            f"{' and the workers they forked' if self.follow_children else ''}",
+        )
         (self.out_dir / f"{self.run}-summary.txt").write_text(text)
         return text
 

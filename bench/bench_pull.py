@@ -51,14 +51,31 @@ class Run:
 
 
 def produce(namesrv: str, topic: str, messages: int, body_size: int) -> None:
-    run_tool(namesrv, "create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER),
-             "--brokers", ",".join(BROKERS))
-    run_tool(namesrv, "produce", "--topic", topic, "--count", str(messages), "--body-size", str(body_size),
-             "--batch", str(PRODUCE_BATCH), "--quiet", timeout=PRODUCE_TIMEOUT_S)
+    run_tool(
+        namesrv, "create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER), "--brokers", ",".join(BROKERS)
+    )
+    run_tool(
+        namesrv,
+        "produce",
+        "--topic",
+        topic,
+        "--count",
+        str(messages),
+        "--body-size",
+        str(body_size),
+        "--batch",
+        str(PRODUCE_BATCH),
+        "--quiet",
+        timeout=PRODUCE_TIMEOUT_S,
+    )
 
 
-def read_all(client: RocketMQClient, targets: list[tuple[str, MessageQueue, int]], batch: int,
-             decode: Callable[[bytes], object] | None) -> Run:
+def read_all(
+    client: RocketMQClient,
+    targets: list[tuple[str, MessageQueue, int]],
+    batch: int,
+    decode: Callable[[bytes], object] | None,
+) -> Run:
     """Pull every queue from 0 to its max offset, one pull after another, on one connection per broker."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     messages = wire = pulls = 0
@@ -107,7 +124,9 @@ def main() -> None:
         payload_bytes = total * args.body_size
         print(f"{total} messages in {len(targets)} queues, median of {args.runs} runs, one thread")
         modes: dict[str, Callable[[bytes], object] | None] = {
-            "pull only": None, "+decode_messages": decode_messages, "+walk_columns": walk_columns,
+            "pull only": None,
+            "+decode_messages": decode_messages,
+            "+walk_columns": walk_columns,
         }
         read_all(client, targets, max(args.batch), None)  # warm the page cache and the connections
         for batch in args.batch:

@@ -51,12 +51,15 @@ def check_exactly_once(keys: Iterable[RowKey], expected: Ranges, what: str) -> d
     wanted = {(b, q, o) for (b, q), (start, end) in expected.items() for o in range(start, end)}
     missing = sorted(wanted - counts.keys())
     stray = sorted(counts.keys() - wanted)
-    problems = [f"{label}: {len(found)} ({_some(found)})"
-                for label, found in (("duplicated", duplicated), ("missing", missing), ("unexpected", stray))
-                if found]
+    problems = [
+        f"{label}: {len(found)} ({_some(found)})"
+        for label, found in (("duplicated", duplicated), ("missing", missing), ("unexpected", stray))
+        if found
+    ]
     if problems:
-        raise ExactlyOnceError(f"{what}: {rows} rows, {len(counts)} distinct, {len(wanted)} expected; "
-                               + "; ".join(problems))
+        raise ExactlyOnceError(
+            f"{what}: {rows} rows, {len(counts)} distinct, {len(wanted)} expected; " + "; ".join(problems)
+        )
     return {"rows": rows, "distinct": len(counts)}
 
 
@@ -74,8 +77,11 @@ def _reader(spark: Any, options: dict[str, str], streaming: bool) -> Any:
 
 def stream_options(options: dict[str, str]) -> dict[str, str]:
     """A fresh group that starts at each queue's first message: the whole topic in one batch."""
-    return {**options, "consumerGroup": f"bench-big-{uuid.uuid4().hex[:12]}",
-            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}
+    return {
+        **options,
+        "consumerGroup": f"bench-big-{uuid.uuid4().hex[:12]}",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+    }
 
 
 def _cpu(samplers: list[Sampler], per: int = 1) -> dict[str, float]:
@@ -91,8 +97,9 @@ def _keys(df: Any) -> list[RowKey]:
 # ------------------------------------------------------------------------ batch read
 
 
-def batch_read(spark: Any, options: dict[str, str], expected: Ranges,
-               repeats: int, servers: list[int]) -> dict[str, Any]:
+def batch_read(
+    spark: Any, options: dict[str, str], expected: Ranges, repeats: int, servers: list[int]
+) -> dict[str, Any]:
     """Check the rows once (that job is also the warm-up), then time ``count()`` ``repeats`` times."""
     checked = check_exactly_once(_keys(_reader(spark, options, streaming=False)), expected, "spark.read")
     rows = checked["rows"]
@@ -106,9 +113,13 @@ def batch_read(spark: Any, options: dict[str, str], expected: Ranges,
         samplers.append(sampler)
         if counted != rows:
             raise ExactlyOnceError(f"spark.read count gave {counted} rows, expected {rows}")
-    return {**checked, "spark_partitions": _reader(spark, options, streaming=False).rdd.getNumPartitions(),
-            "count_seconds_median": round(statistics.median(seconds), 3),
-            "count_seconds_runs": [round(s, 3) for s in seconds], "cpu_seconds": _cpu(samplers)}
+    return {
+        **checked,
+        "spark_partitions": _reader(spark, options, streaming=False).rdd.getNumPartitions(),
+        "count_seconds_median": round(statistics.median(seconds), 3),
+        "count_seconds_runs": [round(s, 3) for s in seconds],
+        "cpu_seconds": _cpu(samplers),
+    }
 
 
 # --------------------------------------------------------------------------- streams
@@ -128,16 +139,20 @@ def _median_durations(progresses: list[Any]) -> dict[str, float]:
     return {k: statistics.median(_durations(p).get(k, 0) for p in progresses) for k in keys}
 
 
-def first_batch_and_idle(spark: Any, options: dict[str, str], rows: int, checkpoint: Path,
-                         trigger_ms: int, idle_s: float, servers: list[int]) -> dict[str, Any]:
+def first_batch_and_idle(
+    spark: Any, options: dict[str, str], rows: int, checkpoint: Path, trigger_ms: int, idle_s: float, servers: list[int]
+) -> dict[str, Any]:
     """A stream into ``noop`` with a processing-time trigger: its first micro-batch must hold all
     ``rows``; then it runs ``idle_s`` more seconds with nothing new, and every idle trigger's
     progress is kept. The wall time runs from just before ``start()`` to the end of that batch
     (its trigger's start plus its triggerExecution, from its progress). CPU time is sampled from
     ``start()`` until the batch is seen done, and over the idle seconds."""
     df = _reader(spark, stream_options(options), streaming=True)
-    writer = (df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-              .trigger(processingTime=f"{trigger_ms} milliseconds"))
+    writer = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+    )
     query = None
     try:
         with Sampler(servers) as to_batch:
@@ -161,8 +176,10 @@ def first_batch_and_idle(spark: Any, options: dict[str, str], rows: int, checkpo
             query.stop()
     with_rows = [p for p in progress if int(p["numInputRows"])]
     if len(with_rows) != 1 or int(with_rows[0]["numInputRows"]) != rows:
-        raise ExactlyOnceError(f"expected one micro-batch of {rows} rows, got batches of "
-                               f"{[int(p['numInputRows']) for p in with_rows]} rows")
+        raise ExactlyOnceError(
+            f"expected one micro-batch of {rows} rows, got batches of "
+            f"{[int(p['numInputRows']) for p in with_rows]} rows"
+        )
     batch = with_rows[0]
     durations = _durations(batch)
     done = _epoch_s(batch["timestamp"]) + durations["triggerExecution"] / MS_PER_S
@@ -173,16 +190,22 @@ def first_batch_and_idle(spark: Any, options: dict[str, str], rows: int, checkpo
     if not sampled:
         raise RuntimeError(f"no idle trigger reported in {idle_s} s")
     return {
-        "batch": {"rows": rows, "duration_ms": durations, "wall_seconds_from_start": round(done - started, 3),
-                  "cpu_seconds_from_start": _cpu([to_batch])},
-        "idle": {"triggers": len(idle), "median_duration_ms": _median_durations(idle),
-                 "latest_offset_ms_runs": [_durations(p).get("latestOffset", 0) for p in idle],
-                 "cpu_seconds_per_trigger": _cpu([idling], per=len(sampled))},
+        "batch": {
+            "rows": rows,
+            "duration_ms": durations,
+            "wall_seconds_from_start": round(done - started, 3),
+            "cpu_seconds_from_start": _cpu([to_batch]),
+        },
+        "idle": {
+            "triggers": len(idle),
+            "median_duration_ms": _median_durations(idle),
+            "latest_offset_ms_runs": [_durations(p).get("latestOffset", 0) for p in idle],
+            "cpu_seconds_per_trigger": _cpu([idling], per=len(sampled)),
+        },
     }
 
 
-def stream_rows(spark: Any, options: dict[str, str], expected: Ranges,
-                checkpoint: Path) -> dict[str, int]:
+def stream_rows(spark: Any, options: dict[str, str], expected: Ranges, checkpoint: Path) -> dict[str, int]:
     """An AvailableNow stream with a fresh group into foreachBatch, keeping every row's key:
     checks the stream path delivers each message exactly once (the timed run's sink keeps none)."""
     keys: list[RowKey] = []
@@ -191,8 +214,12 @@ def stream_rows(spark: Any, options: dict[str, str], expected: Ranges,
         keys.extend(_keys(batch_df))
 
     df = _reader(spark, stream_options(options), streaming=True)
-    query = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"stream failed: {query.exception()}")

@@ -73,8 +73,20 @@ def create_topic(cluster: Cluster, topic: str) -> None:
 def produce_data(cluster: Cluster, topic: str, count: int) -> float:
     """Send ``count`` random 1 KiB bodies with the Java producer; the seconds it took (with JVM start)."""
     started = time.perf_counter()
-    cluster.tool("produce", "--topic", topic, "--count", str(count), "--body-size", str(BODY_SIZE),
-                 "--random-body", "--batch", str(PRODUCE_BATCH), "--quiet", timeout=TOOL_TIMEOUT_S)
+    cluster.tool(
+        "produce",
+        "--topic",
+        topic,
+        "--count",
+        str(count),
+        "--body-size",
+        str(BODY_SIZE),
+        "--random-body",
+        "--batch",
+        str(PRODUCE_BATCH),
+        "--quiet",
+        timeout=TOOL_TIMEOUT_S,
+    )
     return time.perf_counter() - started
 
 
@@ -86,9 +98,14 @@ def cluster_config(args: argparse.Namespace) -> ClusterConfig:
         # The brokers cap a pull at 32 messages and 256 KiB unless told otherwise.
         max_transfer = args.pull_batch_size
         extra["maxTransferBytesOnMessageInMemory"] = str(args.pull_batch_size * TRANSFER_BYTES_PER_MESSAGE)
-    return ClusterConfig(workdir=args.workdir, brokers=BROKERS, namesrv_port=args.namesrv_port,
-                         broker_ports=args.broker_ports, max_transfer_count_in_memory=max_transfer,
-                         extra_broker_settings=extra)
+    return ClusterConfig(
+        workdir=args.workdir,
+        brokers=BROKERS,
+        namesrv_port=args.namesrv_port,
+        broker_ports=args.broker_ports,
+        max_transfer_count_in_memory=max_transfer,
+        extra_broker_settings=extra,
+    )
 
 
 def stop_leftover(workdir: Path) -> None:

@@ -68,8 +68,17 @@ def file_system_checkpoint_manager(spark: Any) -> str | None:
     return None
 
 
-def run_latency(spark: Any, cluster: Cluster, topic: str, rate: int, seconds: int, pull_batch_size: int,
-                checkpoint: Path, phase: Phase | None, checkpoint_manager: str | None = None) -> dict[str, Any]:
+def run_latency(
+    spark: Any,
+    cluster: Cluster,
+    topic: str,
+    rate: int,
+    seconds: int,
+    pull_batch_size: int,
+    checkpoint: Path,
+    phase: Phase | None,
+    checkpoint_manager: str | None = None,
+) -> dict[str, Any]:
     """A running stream (default trigger) while the Java producer sends ``rate`` msg/s to
     ``topic``; ``checkpoint_manager`` replaces Spark's for this query only."""
     from pyspark.sql import functions as F
@@ -138,9 +147,22 @@ def _produce(cluster: Cluster, topic: str, count: int, rate: int, batch: int) ->
 
     def produce() -> None:
         try:
-            cluster.tool("produce", "--topic", topic, "--count", str(count), "--rate", str(rate),
-                         "--body-size", str(BODY_SIZE), "--random-body",
-                         "--batch", str(batch), "--quiet", timeout=TOOL_TIMEOUT_S)
+            cluster.tool(
+                "produce",
+                "--topic",
+                topic,
+                "--count",
+                str(count),
+                "--rate",
+                str(rate),
+                "--body-size",
+                str(BODY_SIZE),
+                "--random-body",
+                "--batch",
+                str(batch),
+                "--quiet",
+                timeout=TOOL_TIMEOUT_S,
+            )
         except BaseException as err:  # noqa: BLE001  (re-raised in the calling thread)
             failure.append(err)
 
@@ -151,8 +173,9 @@ def _produce(cluster: Cluster, topic: str, count: int, rate: int, batch: int) ->
         raise failure[0]
 
 
-def _summary(batches: list[tuple[float, float, list[int]]], progress: list[Any], rate: int,
-             checkpoint_manager: str | None) -> dict[str, Any]:
+def _summary(
+    batches: list[tuple[float, float, list[int]]], progress: list[Any], rate: int, checkpoint_manager: str | None
+) -> dict[str, Any]:
     to_batch = sorted(entered * MS_PER_S - ts for entered, _, stamps in batches for ts in stamps)
     to_read = sorted(done * MS_PER_S - ts for _, done, stamps in batches for ts in stamps)
     all_stamps = [ts for _, _, stamps in batches for ts in stamps]
@@ -187,5 +210,8 @@ def _stages(progress: list[Any]) -> dict[str, dict[str, float]]:
 
 def _latency_ms(sorted_ms: list[float]) -> dict[str, float]:
     """p50, p99 and max of sorted latencies, in ms."""
-    return {"p50": round(percentile(sorted_ms, 50), 1), "p99": round(percentile(sorted_ms, 99), 1),
-            "max": round(sorted_ms[-1], 1)}
+    return {
+        "p50": round(percentile(sorted_ms, 50), 1),
+        "p99": round(percentile(sorted_ms, 99), 1),
+        "max": round(sorted_ms[-1], 1),
+    }

@@ -54,8 +54,9 @@ def choose_window(spark: Any, options: dict[str, str]) -> Window:
 
     df = batch_frame(spark, options, schema=f"{STORE_TIMESTAMP} timestamp")
     millis = F.unix_millis(STORE_TIMESTAMP)
-    low, high = df.select(F.percentile_approx(millis, [WINDOW_FROM_QUANTILE, WINDOW_UNTIL_QUANTILE],
-                                              QUANTILE_ACCURACY)).first()[0]
+    low, high = df.select(
+        F.percentile_approx(millis, [WINDOW_FROM_QUANTILE, WINDOW_UNTIL_QUANTILE], QUANTILE_ACCURACY)
+    ).first()[0]
     return Window(EPOCH + timedelta(milliseconds=low), EPOCH + timedelta(milliseconds=high))
 
 
@@ -86,8 +87,9 @@ def pulled_with_pushdown(options: dict[str, str], window: Window) -> tuple[int, 
     from rocketmq_spark.source.options import FILTER_PUSHDOWN, ReadKind, parse_options
 
     reader = PushingBatchReader(parse_options({**options, FILTER_PUSHDOWN: TRUE}, kind=ReadKind.BATCH))
-    reader.pushFilters([GreaterThanOrEqual((STORE_TIMESTAMP,), window.start),
-                        LessThanOrEqual((STORE_TIMESTAMP,), window.end)])
+    reader.pushFilters(
+        [GreaterThanOrEqual((STORE_TIMESTAMP,), window.start), LessThanOrEqual((STORE_TIMESTAMP,), window.end)]
+    )
     parts = list(reader.partitions())
     return planned_rows(parts), len(parts)
 
@@ -111,27 +113,43 @@ class PushdownCase:
             runs.rows.append(rows)
             runs.seconds.append(seconds)
         if self.pushed.rows[-1] != self.plain.rows[-1]:
-            raise RuntimeError(f"the window returned {self.pushed.rows[-1]} rows with pushdown and "
-                               f"{self.plain.rows[-1]} without")
+            raise RuntimeError(
+                f"the window returned {self.pushed.rows[-1]} rows with pushdown and {self.plain.rows[-1]} without"
+            )
         return self.pushed.seconds[-1], self.plain.seconds[-1]
 
     def report(self) -> dict[str, Any]:
         rows = self.plain.rows[0]
         if any(n != rows for n in self.pushed.rows + self.plain.rows):
-            raise RuntimeError(f"the window's rows changed from run to run: with pushdown {self.pushed.rows}, "
-                               f"without {self.plain.rows}")
+            raise RuntimeError(
+                f"the window's rows changed from run to run: with pushdown {self.pushed.rows}, "
+                f"without {self.plain.rows}"
+            )
         pulled, partitions = pulled_with_pushdown(self.options, self.window)
         if pulled < rows:
             raise RuntimeError(f"pushdown plans {pulled} rows, fewer than the {rows} the window returns")
         with_s, without_s = statistics.median(self.pushed.seconds), statistics.median(self.plain.seconds)
         return {
-            "window": {"from": _iso(self.window.start), "until": _iso(self.window.end),
-                       "rows": rows, "topic_rows": self.topic_rows},
-            "with": {"rows_returned": rows, "rows_pulled": pulled, "pulled_from": f"planned ranges, {partitions} partition{'' if partitions == 1 else 's'}",
-                     "median_seconds": round(with_s, 2), "runs_seconds": [round(s, 2) for s in self.pushed.seconds]},
-            "without": {"rows_returned": rows, "rows_pulled": self.topic_rows, "pulled_from": "the whole topic",
-                        "median_seconds": round(without_s, 2),
-                        "runs_seconds": [round(s, 2) for s in self.plain.seconds]},
+            "window": {
+                "from": _iso(self.window.start),
+                "until": _iso(self.window.end),
+                "rows": rows,
+                "topic_rows": self.topic_rows,
+            },
+            "with": {
+                "rows_returned": rows,
+                "rows_pulled": pulled,
+                "pulled_from": f"planned ranges, {partitions} partition{'' if partitions == 1 else 's'}",
+                "median_seconds": round(with_s, 2),
+                "runs_seconds": [round(s, 2) for s in self.pushed.seconds],
+            },
+            "without": {
+                "rows_returned": rows,
+                "rows_pulled": self.topic_rows,
+                "pulled_from": "the whole topic",
+                "median_seconds": round(without_s, 2),
+                "runs_seconds": [round(s, 2) for s in self.plain.seconds],
+            },
             "speedup": round(without_s / with_s, 2),
             "pulled_share": round(pulled / self.topic_rows, 4),
         }

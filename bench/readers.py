@@ -91,29 +91,35 @@ def timed_noop(df: Any) -> tuple[int, float]:
     return int(observation.get["rows"]), seconds
 
 
-def run_spark_batch(spark: Any, namesrv: str, topic: str, pull_batch_size: int,
-                    schema: str | None = None) -> tuple[int, float]:
+def run_spark_batch(
+    spark: Any, namesrv: str, topic: str, pull_batch_size: int, schema: str | None = None
+) -> tuple[int, float]:
     """c: spark.read ... write.format("noop"), all columns or (c-narrow) those ``schema`` names."""
     return timed_noop(batch_frame(spark, source_options(namesrv, topic, pull_batch_size), schema))
 
 
 def stream_reader(spark: Any, namesrv: str, topic: str, pull_batch_size: int, group: str) -> Any:
     """A stream of the whole topic from its first offset, as a new consumer group."""
-    reader = (spark.readStream.format("rocketmq").option("consumerGroup", group)
-              .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET"))
+    reader = (
+        spark.readStream.format("rocketmq")
+        .option("consumerGroup", group)
+        .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
+    )
     for key, value in source_options(namesrv, topic, pull_batch_size).items():
         reader = reader.option(key, value)
     return reader.load()
 
 
-def run_available_now(spark: Any, namesrv: str, topic: str, pull_batch_size: int,
-                      checkpoint: Path) -> tuple[int, float]:
+def run_available_now(
+    spark: Any, namesrv: str, topic: str, pull_batch_size: int, checkpoint: Path
+) -> tuple[int, float]:
     """d: Trigger.AvailableNow into noop, new group and checkpoint; start() to termination."""
     group = f"bench-available-now-{uuid.uuid4().hex[:12]}"
     df = stream_reader(spark, namesrv, topic, pull_batch_size, group)
     started = time.perf_counter()
-    query = (df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
     query.awaitTermination()
     seconds = time.perf_counter() - started
     if query.exception() is not None:
@@ -128,11 +134,11 @@ def run_available_now(spark: Any, namesrv: str, topic: str, pull_batch_size: int
 def java_consume(cluster: Cluster, topic: str, count: int, pull_batch_size: int) -> tuple[float, float]:
     """a: the tool's DefaultLitePullConsumer; (messages/s from its own clock, wall seconds with JVM)."""
     started = time.perf_counter()
-    lines = cluster.tool("consume", "--topic", topic, "--count", str(count), "--batch-size", str(pull_batch_size),
-                         timeout=TOOL_TIMEOUT_S)
+    lines = cluster.tool(
+        "consume", "--topic", topic, "--count", str(count), "--batch-size", str(pull_batch_size), timeout=TOOL_TIMEOUT_S
+    )
     wall = time.perf_counter() - started
     summary = next(line for line in reversed(lines) if "messagesPerSecond" in line)
     if int(summary["messages"]) != count:
         raise RuntimeError(f"Java consumer read {summary['messages']} messages, expected {count}")
     return float(summary["messagesPerSecond"]), wall
-

@@ -31,9 +31,13 @@ NARROW, FULL = "c-narrow", "c"
 TARGET_RATIO = "c/a"
 TARGET_AT_LEAST = 1.5
 TARGET_ON = "best"
-MEMORY_ROWS = (("b", "b. client pool"), ("c", "c. Spark workers, batch"),
-               ("c-narrow", "c-narrow. Spark workers, batch"), ("d", "d. Spark workers, AvailableNow"),
-               ("e", "e. Spark workers, running stream"))
+MEMORY_ROWS = (
+    ("b", "b. client pool"),
+    ("c", "c. Spark workers, batch"),
+    ("c-narrow", "c-narrow. Spark workers, batch"),
+    ("d", "d. Spark workers, AvailableNow"),
+    ("e", "e. Spark workers, running stream"),
+)
 
 
 def machine() -> dict[str, Any]:
@@ -44,8 +48,9 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-        mem_kib = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
-                           if ln.startswith("MemTotal")).split()[1])
+        mem_kib = int(
+            next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1]
+        )
     except (OSError, StopIteration, ValueError):
         mem_kib = 0
     java = shutil.which("java")
@@ -61,28 +66,39 @@ def machine() -> dict[str, Any]:
         if "<rocketmq.version>" in line:
             rocketmq = line.split(">", 1)[1].split("<", 1)[0]
     return {
-        "cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_kib / KIB / KIB, 1),
-        "kernel": platform.release(), "python": platform.python_version(), "java": java_version,
-        "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__, "rocketmq": rocketmq,
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gib": round(mem_kib / KIB / KIB, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": java_version,
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "rocketmq": rocketmq,
     }
-
-
 
 
 def summarize(runs: list[tuple[int, float]]) -> dict[str, Any]:
     """One reader's runs: the median and the best rate (msg/s), every run's rate and seconds."""
     rates = [rows / seconds for rows, seconds in runs]
-    return {"median_msgs_per_s": round(statistics.median(rates)), "best_msgs_per_s": round(max(rates)),
-            "runs_msgs_per_s": [round(r) for r in rates], "runs_seconds": [round(s, 2) for _, s in runs]}
+    return {
+        "median_msgs_per_s": round(statistics.median(rates)),
+        "best_msgs_per_s": round(max(rates)),
+        "runs_msgs_per_s": [round(r) for r in rates],
+        "runs_seconds": [round(s, 2) for _, s in runs],
+    }
 
 
 def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Every reader over a, and c-narrow over c, on medians and on best runs (best over best)."""
     pairs = [(key, BASELINE) for key in READERS if key != BASELINE] + [(NARROW, FULL)]
     return {
-        kind: {f"{top}/{bottom}": round(throughput[top][f"{kind}_msgs_per_s"]
-                                        / throughput[bottom][f"{kind}_msgs_per_s"], 3)
-               for top, bottom in pairs}
+        kind: {
+            f"{top}/{bottom}": round(
+                throughput[top][f"{kind}_msgs_per_s"] / throughput[bottom][f"{kind}_msgs_per_s"], 3
+            )
+            for top, bottom in pairs
+        }
         for kind in ("median", "best")
     }
 
@@ -90,8 +106,13 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
 def target(ratio_table: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Where the run stands against the acceptance target."""
     value = ratio_table[TARGET_ON][TARGET_RATIO]
-    return {"ratio": TARGET_RATIO, "on": f"{TARGET_ON} runs", "at_least": TARGET_AT_LEAST, "value": value,
-            "met": value >= TARGET_AT_LEAST}
+    return {
+        "ratio": TARGET_RATIO,
+        "on": f"{TARGET_ON} runs",
+        "at_least": TARGET_AT_LEAST,
+        "value": value,
+        "met": value >= TARGET_AT_LEAST,
+    }
 
 
 def render(report: dict[str, Any]) -> str:
@@ -110,21 +131,33 @@ def render(report: dict[str, Any]) -> str:
         *_throughput(report),
         *_pushdown(report.get("pushdown")),
         *_latency(report["latency"], p["latency_seconds"], "e", "stream, default trigger"),
-        *_latency(report.get("latency_fs_checkpoint"), p["latency_seconds"], "e-fs",
-                  "the same, Spark's FileSystem-based checkpoint manager"),
+        *_latency(
+            report.get("latency_fs_checkpoint"),
+            p["latency_seconds"],
+            "e-fs",
+            "the same, Spark's FileSystem-based checkpoint manager",
+        ),
         "",
         f"{'peak memory of the Python processes':46}{'one (HWM)':>14}{'all (PSS)':>14}{'processes':>11}",
     ]
     for key, label in MEMORY_ROWS:
         mem = report["worker_memory"][key]
-        lines.append(f"{label:46}{_mib(mem['max_process_mib']):>14}{_mib(mem['peak_total_pss_mib']):>14}"
-                     f"{mem['processes']:>11}")
-    lines += ["", f"{'CPU seconds per run, by process group':40}{'wall':>6}"
-              + "".join(f"{CPU_LABELS[g]:>11}" for g in CPU_GROUPS) + f"{'total':>8}{'us/msg':>8}"]
+        lines.append(
+            f"{label:46}{_mib(mem['max_process_mib']):>14}{_mib(mem['peak_total_pss_mib']):>14}{mem['processes']:>11}"
+        )
+    lines += [
+        "",
+        f"{'CPU seconds per run, by process group':40}{'wall':>6}"
+        + "".join(f"{CPU_LABELS[g]:>11}" for g in CPU_GROUPS)
+        + f"{'total':>8}{'us/msg':>8}",
+    ]
     for key, row in report["cpu"].items():
         cpu = row["cpu_seconds"]
-        lines.append(f"{key + '.':40}{row['wall_seconds']:>6.1f}" + "".join(f"{cpu[g]:>11.1f}" for g in CPU_GROUPS)
-                     + f"{cpu['total']:>8.1f}{row['cpu_us_per_message']['total']:>8.0f}")
+        lines.append(
+            f"{key + '.':40}{row['wall_seconds']:>6.1f}"
+            + "".join(f"{cpu[g]:>11.1f}" for g in CPU_GROUPS)
+            + f"{cpu['total']:>8.1f}{row['cpu_us_per_message']['total']:>8.0f}"
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -133,16 +166,20 @@ def _throughput(report: dict[str, Any]) -> list[str]:
     p = report["parameters"]
     t = report["throughput"]
     r = report["ratios"]
-    lines = [f"{'':10}{'reader (msg/s)':42}{'median':>9}{'best':>9}{'MiB/s':>7}{'x a':>7}{'x a best':>9}"
-             "   runs (msg/s)"]
+    lines = [
+        f"{'':10}{'reader (msg/s)':42}{'median':>9}{'best':>9}{'MiB/s':>7}{'x a':>7}{'x a best':>9}   runs (msg/s)"
+    ]
     for key, label in READERS.items():
         row = t[key]
         ratio = f"{key}/{BASELINE}"
-        median_x, best_x = ("1.00", "1.00") if key == BASELINE else (f"{r['median'][ratio]:.2f}",
-                                                                     f"{r['best'][ratio]:.2f}")
-        lines.append(f"{key + '.':10}{label:42}{row['median_msgs_per_s']:>9,}{row['best_msgs_per_s']:>9,}"
-                     f"{row['median_msgs_per_s'] * p['body_size'] / MIB:>7.1f}{median_x:>7}{best_x:>9}"
-                     f"   {', '.join(f'{v:,}' for v in row['runs_msgs_per_s'])}")
+        median_x, best_x = (
+            ("1.00", "1.00") if key == BASELINE else (f"{r['median'][ratio]:.2f}", f"{r['best'][ratio]:.2f}")
+        )
+        lines.append(
+            f"{key + '.':10}{label:42}{row['median_msgs_per_s']:>9,}{row['best_msgs_per_s']:>9,}"
+            f"{row['median_msgs_per_s'] * p['body_size'] / MIB:>7.1f}{median_x:>7}{best_x:>9}"
+            f"   {', '.join(f'{v:,}' for v in row['runs_msgs_per_s'])}"
+        )
     narrow = f"{NARROW}/{FULL}"
     goal = report["target"]
     fixed = report["fixed_cost_seconds"]
@@ -166,16 +203,23 @@ def _pushdown(case: dict[str, Any] | None) -> list[str]:
     if "skipped" in case:
         return ["", f"p. filter pushdown: skipped ({case['skipped']})"]
     window = case["window"]
-    lines = ["", f"p. spark.read, where storeTimestamp between two times -> noop, local[2]: {window['rows']:,} rows, "
-                 f"{window['rows'] / window['topic_rows']:.1%} of the topic",
-             f"   window {window['from']} .. {window['until']}; seconds: median of {len(case['with']['runs_seconds'])}"]
+    lines = [
+        "",
+        f"p. spark.read, where storeTimestamp between two times -> noop, local[2]: {window['rows']:,} rows, "
+        f"{window['rows'] / window['topic_rows']:.1%} of the topic",
+        f"   window {window['from']} .. {window['until']}; seconds: median of {len(case['with']['runs_seconds'])}",
+    ]
     for key, label in (("with", "with pushdown"), ("without", "without")):
         row = case[key]
-        lines.append(f"   {label:15}{row['median_seconds']:>6.2f} s   rows returned {row['rows_returned']:>9,}"
-                     f"   rows pulled {row['rows_pulled']:>9,} ({row['pulled_from']})"
-                     f"   runs {', '.join(f'{s:.2f}' for s in row['runs_seconds'])} s")
-    lines.append(f"   speedup {case['speedup']:.2f}x (median without / median with), "
-                 f"{case['pulled_share']:.1%} of the rows pulled")
+        lines.append(
+            f"   {label:15}{row['median_seconds']:>6.2f} s   rows returned {row['rows_returned']:>9,}"
+            f"   rows pulled {row['rows_pulled']:>9,} ({row['pulled_from']})"
+            f"   runs {', '.join(f'{s:.2f}' for s in row['runs_seconds'])} s"
+        )
+    lines.append(
+        f"   speedup {case['speedup']:.2f}x (median without / median with), "
+        f"{case['pulled_share']:.1%} of the rows pulled"
+    )
     return lines
 
 

@@ -27,10 +27,22 @@ SPARK_JVM_MARK = b"org.apache.spark.deploy.SparkSubmit"
 POOL_MARK = b"spawn_main"
 # CPU groups, in the order reports show them.
 ROCKETMQ, JAVA_TOOL, DRIVER, SPARK_JVM, SPARK_PYTHON, CLIENT_POOL = (
-    "rocketmq", "java_tool", "driver", "spark_jvm", "spark_python", "client_pool")
+    "rocketmq",
+    "java_tool",
+    "driver",
+    "spark_jvm",
+    "spark_python",
+    "client_pool",
+)
 CPU_GROUPS = (ROCKETMQ, JAVA_TOOL, DRIVER, SPARK_JVM, SPARK_PYTHON, CLIENT_POOL)
-CPU_LABELS = {ROCKETMQ: "RocketMQ", JAVA_TOOL: "Java tool", DRIVER: "driver", SPARK_JVM: "Spark JVM",
-              SPARK_PYTHON: "Spark py", CLIENT_POOL: "b pool"}
+CPU_LABELS = {
+    ROCKETMQ: "RocketMQ",
+    JAVA_TOOL: "Java tool",
+    DRIVER: "driver",
+    SPARK_JVM: "Spark JVM",
+    SPARK_PYTHON: "Spark py",
+    CLIENT_POOL: "b pool",
+}
 
 
 def proc_table() -> dict[int, tuple[int, float]]:
@@ -231,8 +243,10 @@ class Phase:
             "processes": len(values),
             "max_process_mib": round(max(values) / KIB, 1) if values else None,
             "peak_total_pss_mib": round(self.peak_total_kib / KIB, 1) if self.peak_total_kib else None,
-            "per_process": [{"pid": pid, "role": self.roles.get(pid, ""), "peak_mib": round(kib / KIB, 1)}
-                            for pid, kib in sorted(self.peaks.items())],
+            "per_process": [
+                {"pid": pid, "role": self.roles.get(pid, ""), "peak_mib": round(kib / KIB, 1)}
+                for pid, kib in sorted(self.peaks.items())
+            ],
         }
 
     def cpu(self, messages: int) -> dict[str, Any]:
@@ -243,7 +257,8 @@ class Phase:
         return {
             "wall_seconds": round(sum(self.walls) / runs, 2),
             "cpu_seconds": {**{g: round(v, 2) for g, v in seconds.items()}, "total": round(total, 2)},
-            "cpu_us_per_message": {**{g: round(v / messages * US_PER_S, 1) for g, v in seconds.items()},
-                                   "total": round(total / messages * US_PER_S, 1)},
+            "cpu_us_per_message": {
+                **{g: round(v / messages * US_PER_S, 1) for g, v in seconds.items()},
+                "total": round(total / messages * US_PER_S, 1),
+            },
         }
-

@@ -57,11 +57,14 @@ def _maven(pom: Path, *args: str, goal: str | None = "package") -> None:
     if mvn is None:
         raise BuildError("Maven (mvn) is not on PATH; install it to build the RocketMQ test tooling")
     goals = [goal] if goal else []
-    result = subprocess.run([mvn, "-q", "-B", "-f", str(pom), *args, *goals],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(pom), *args, *goals], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
-        raise BuildError(f"mvn {' '.join(goals)} ({pom.name} {' '.join(args)}) failed:\n"
-                         f"{result.stdout[-OUTPUT_TAIL_CHARS:]}\n{result.stderr[-OUTPUT_TAIL_CHARS:]}")
+        raise BuildError(
+            f"mvn {' '.join(goals)} ({pom.name} {' '.join(args)}) failed:\n"
+            f"{result.stdout[-OUTPUT_TAIL_CHARS:]}\n{result.stderr[-OUTPUT_TAIL_CHARS:]}"
+        )
 
 
 def _locked_build(needed: Callable[[], bool], build: Callable[[], None]) -> None:
@@ -100,8 +103,14 @@ def _swap_in_modules(version: str, base: str, modules: tuple[str, ...]) -> None:
     fetched alone (without its pom's dependencies, which name modules Central lacks)."""
     jars_dir = TARGET / f"jars-{version}"
     for module in modules:
-        _maven(SERVERS_POM, "dependency:copy", f"-Dartifact={ROCKETMQ_GROUP}:rocketmq-{module}:{version}",
-               f"-DoutputDirectory={jars_dir}", "-Dmdep.overWriteReleases=true", goal=None)
+        _maven(
+            SERVERS_POM,
+            "dependency:copy",
+            f"-Dartifact={ROCKETMQ_GROUP}:rocketmq-{module}:{version}",
+            f"-DoutputDirectory={jars_dir}",
+            "-Dmdep.overWriteReleases=true",
+            goal=None,
+        )
     newer = {f"rocketmq-{module}-{base}.jar": jars_dir / f"rocketmq-{module}-{version}.jar" for module in modules}
     entries = classpath_file(base).read_text().strip().split(os.pathsep)
     swapped = [str(newer.get(Path(entry).name, entry)) for entry in entries]

@@ -79,8 +79,19 @@ class Capture:
         return topic
 
     def produce(self, topic: str, count: int, *args: str) -> list[dict[str, Any]]:
-        rows = self.tool("produce", "--topic", topic, "--count", str(count), "--broker", BROKER_A, "--queue", "0",
-                         "--print-body", *args)
+        rows = self.tool(
+            "produce",
+            "--topic",
+            topic,
+            "--count",
+            str(count),
+            "--broker",
+            BROKER_A,
+            "--queue",
+            "0",
+            "--print-body",
+            *args,
+        )
         if [row["status"] for row in rows] != ["SEND_OK"] * count:
             raise RuntimeError(f"producing to {topic} failed: {rows}")
         return rows
@@ -101,11 +112,23 @@ class Capture:
 
     def raw_pull(self, topic: str, group: str, address: str | None = None) -> bytes:
         """The whole response frame, length field included, exactly as the broker sent it."""
-        command = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, {
-            "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": PULL_BATCH,
-            "sysFlag": codes.PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": "*", "subVersion": 0, "expressionType": "TAG", "bname": BROKER_A,
-        })
+        command = RemotingCommand.request(
+            codes.RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": 0,
+                "queueOffset": 0,
+                "maxMsgNums": PULL_BATCH,
+                "sysFlag": codes.PULL_FLAG_SUBSCRIPTION,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 0,
+                "subscription": "*",
+                "subVersion": 0,
+                "expressionType": "TAG",
+                "bname": BROKER_A,
+            },
+        )
         command.opaque = REQUEST_OPAQUE
         host, _, port = (address or self.address(topic)).rpartition(":")
         with socket.create_connection((host, int(port)), timeout=REQUEST_TIMEOUT_S) as sock:
@@ -127,12 +150,12 @@ def _receive(sock: socket.socket, size: int) -> bytes:
 
 def _body(frame: bytes) -> bytes:
     # The word after the length: serialize type in its high byte, header length in the other three.
-    header_length = int.from_bytes(frame[LENGTH_FIELD_BYTES + 1:2 * LENGTH_FIELD_BYTES], "big")
-    return frame[2 * LENGTH_FIELD_BYTES + header_length:]
+    header_length = int.from_bytes(frame[LENGTH_FIELD_BYTES + 1 : 2 * LENGTH_FIELD_BYTES], "big")
+    return frame[2 * LENGTH_FIELD_BYTES + header_length :]
 
 
 def _magic(body: bytes) -> str:
-    return MAGICS[int.from_bytes(body[MAGIC_AT:MAGIC_AT + 4], "big")]
+    return MAGICS[int.from_bytes(body[MAGIC_AT : MAGIC_AT + 4], "big")]
 
 
 # ----------------------------------------------------------------------------- cases
@@ -141,17 +164,35 @@ def _magic(body: bytes) -> str:
 def plain(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     topic = cap.topic("capture-plain")
     count = 3
-    cap.produce(topic, count, "--tags", "TagA,TagB", "--keys", "order-{i} alt-{i}", "--body", "plain body {i}",
-                "--prop", "seq={i}")
+    cap.produce(
+        topic,
+        count,
+        "--tags",
+        "TagA,TagB",
+        "--keys",
+        "order-{i} alt-{i}",
+        "--body",
+        "plain body {i}",
+        "--prop",
+        "seq={i}",
+    )
     official = cap.official(topic, count)
-    (offsets,) = [row for row in cap.tool("offsets", "--topic", topic, "--group", cap.name("capture-probe"))
-                  if row["queueId"] == 0]
+    (offsets,) = [
+        row
+        for row in cap.tool("offsets", "--topic", topic, "--group", cap.name("capture-probe"))
+        if row["queueId"] == 0
+    ]
     frame = cap.raw_pull(topic, cap.name("capture-group"))
     return frame, {
         "frame": True,
-        "response": {"code": codes.ResponseCode.SUCCESS, "remark": "FOUND", "opaque": REQUEST_OPAQUE,
-                     "nextBeginOffset": offsets["maxOffset"], "minOffset": offsets["minOffset"],
-                     "maxOffset": offsets["maxOffset"]},
+        "response": {
+            "code": codes.ResponseCode.SUCCESS,
+            "remark": "FOUND",
+            "opaque": REQUEST_OPAQUE,
+            "nextBeginOffset": offsets["maxOffset"],
+            "minOffset": offsets["minOffset"],
+            "maxOffset": offsets["maxOffset"],
+        },
         "messages": official,
     }
 
@@ -160,8 +201,18 @@ def compressed(kind: str) -> Callable[[Capture], tuple[bytes, dict[str, Any]]]:
     def case(cap: Capture) -> tuple[bytes, dict[str, Any]]:
         topic = cap.topic(f"capture-{kind.lower()}")
         count = 2
-        cap.produce(topic, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES), "--compress", kind,
-                    "--tags", "Big", "--keys", "big-{i}")
+        cap.produce(
+            topic,
+            count,
+            "--body-size",
+            str(COMPRESSIBLE_BODY_BYTES),
+            "--compress",
+            kind,
+            "--tags",
+            "Big",
+            "--keys",
+            "big-{i}",
+        )
         official = cap.official(topic, count)
         return _body(cap.raw_pull(topic, cap.name("capture-group"))), {"compression": kind, "messages": official}
 
@@ -176,11 +227,20 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     address = cap.address(source)
     # A pull creates the group, which the broker wants before it takes a message back.
     cap.client.pull(address, MessageQueue(source, BROKER_A, 0), 0, group=group, max_messages=1)
-    response = cap.client.invoke(address, CONSUMER_SEND_MSG_BACK, {
-        "offset": int(sent["offsetMsgId"][OFFSET_MSG_ID_HOST_DIGITS:], 16), "group": group,
-        "delayLevel": SEND_BACK_DELAY_LEVEL, "originMsgId": sent["msgId"], "originTopic": source,
-        "unitMode": False, "maxReconsumeTimes": MAX_RECONSUME_TIMES, "bname": BROKER_A,
-    })
+    response = cap.client.invoke(
+        address,
+        CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": int(sent["offsetMsgId"][OFFSET_MSG_ID_HOST_DIGITS:], 16),
+            "group": group,
+            "delayLevel": SEND_BACK_DELAY_LEVEL,
+            "originMsgId": sent["msgId"],
+            "originTopic": source,
+            "unitMode": False,
+            "maxReconsumeTimes": MAX_RECONSUME_TIMES,
+            "bname": BROKER_A,
+        },
+    )
     if response.code != codes.ResponseCode.SUCCESS:
         raise RuntimeError(f"send-back refused: {response.code} {response.remark}")
     retry_queue = MessageQueue(retry_topic, BROKER_A, 0)
@@ -196,8 +256,18 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
 def unicode(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     topic = cap.topic("capture-unicode")
     count = 3
-    cap.produce(topic, count, "--tags", "标签", "--keys", "ключ-{i} キー", "--body", "héllo wörld ✓ {i}",
-                "--prop", "città=Zürich-{i}")
+    cap.produce(
+        topic,
+        count,
+        "--tags",
+        "标签",
+        "--keys",
+        "ключ-{i} キー",
+        "--body",
+        "héllo wörld ✓ {i}",
+        "--prop",
+        "città=Zürich-{i}",
+    )
     return _body(cap.raw_pull(topic, cap.name("capture-group"))), {"messages": cap.official(topic, count)}
 
 
@@ -220,9 +290,11 @@ CASES: dict[str, tuple[Callable[[Capture], tuple[bytes, dict[str, Any]]], str]] 
 
 
 def write_hex(path: Path, data: bytes, description: str) -> None:
-    lines = [f"# {description}.",
-             "# Captured from Apache RocketMQ 5.3.3 by integration/capture_fixtures.py; hex, '#' starts a comment."]
-    lines += [data[i:i + HEX_BYTES_PER_LINE].hex().upper() for i in range(0, len(data), HEX_BYTES_PER_LINE)]
+    lines = [
+        f"# {description}.",
+        "# Captured from Apache RocketMQ 5.3.3 by integration/capture_fixtures.py; hex, '#' starts a comment.",
+    ]
+    lines += [data[i : i + HEX_BYTES_PER_LINE].hex().upper() for i in range(0, len(data), HEX_BYTES_PER_LINE)]
     path.write_text("\n".join(lines) + "\n")
 
 

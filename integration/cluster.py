@@ -34,29 +34,89 @@ from typing import Any
 
 from integration.build import BuildError, ensure_built, server_classpath
 from integration.cluster_config import (
-    ACL_PASSWORD, ACL_USER, BROKER_NAMES, CLUSTER_NAME, ClusterError, DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT,
-    DEFAULT_PROXY_GRPC_PORT, DEFAULT_PROXY_REMOTING_PORT, DEFAULT_WORKDIR, FAST_CHANNEL_PORT_OFFSET, HA_PORT_OFFSET,
-    LAYOUT_MASTERS, LAYOUTS, PORT_OFFSET, PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL, ClusterConfig,
-    broker_settings, broker_store, config_from_json,
-    config_to_json, namesrv_name,
-    logging_props, proxy_settings, shifted, write_plain_acl, write_properties,
+    ACL_PASSWORD,
+    ACL_USER,
+    BROKER_NAMES,
+    CLUSTER_NAME,
+    DEFAULT_BROKER_PORTS,
+    DEFAULT_NAMESRV_PORT,
+    DEFAULT_PROXY_GRPC_PORT,
+    DEFAULT_PROXY_REMOTING_PORT,
+    DEFAULT_WORKDIR,
+    FAST_CHANNEL_PORT_OFFSET,
+    HA_PORT_OFFSET,
+    LAYOUT_MASTERS,
+    LAYOUTS,
+    PORT_OFFSET,
+    PROXY_MODE_CLUSTER,
+    PROXY_MODE_LOCAL,
+    ClusterConfig,
+    ClusterError,
+    broker_settings,
+    broker_store,
+    config_from_json,
+    config_to_json,
+    logging_props,
+    namesrv_name,
+    proxy_settings,
+    shifted,
+    write_plain_acl,
+    write_properties,
 )
 from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S
 from integration.javatool import TOOL_HEAP, run_tool, tool_command
 from integration.processes import (
-    READY_TIMEOUT_S, ProcessError, Server, java_command, kill, port_open, send_signal, spawn, terminate, wait_ready,
+    READY_TIMEOUT_S,
+    ProcessError,
+    Server,
+    java_command,
+    kill,
+    port_open,
+    send_signal,
+    spawn,
+    terminate,
+    wait_ready,
 )
 from integration.tls_setup import (
-    CA_CERT, TLS_DIR, TLS_MODES, CertificateToolError, client_properties, make_server_certificates, server_properties,
+    CA_CERT,
+    TLS_DIR,
+    TLS_MODES,
+    CertificateToolError,
+    client_properties,
+    make_server_certificates,
+    server_properties,
 )
 from integration.versions import DEFAULT_VERSION, RELEASES, VERSION_ENV, AclStyle, UnknownVersionError
 
 __all__ = [
-    "ACL_PASSWORD", "ACL_USER", "BROKER_NAMES", "CLUSTER_NAME", "DEFAULT_BROKER_PORTS", "DEFAULT_NAMESRV_PORT",
-    "DEFAULT_PROXY_GRPC_PORT", "DEFAULT_PROXY_REMOTING_PORT", "DEFAULT_VERSION", "DEFAULT_WORKDIR", "LOOPBACK",
-    "PORT_OFFSET", "PROXY_MODE_CLUSTER", "PROXY_MODE_LOCAL", "RELEASES", "STATE_FILE_NAME", "VERSION_ENV", "Cluster",
-    "ClusterConfig", "ClusterError", "Server", "cluster_for", "ensure_built", "main", "namesrv_name", "run_tool",
-    "shifted", "tool_command",
+    "ACL_PASSWORD",
+    "ACL_USER",
+    "BROKER_NAMES",
+    "CLUSTER_NAME",
+    "DEFAULT_BROKER_PORTS",
+    "DEFAULT_NAMESRV_PORT",
+    "DEFAULT_PROXY_GRPC_PORT",
+    "DEFAULT_PROXY_REMOTING_PORT",
+    "DEFAULT_VERSION",
+    "DEFAULT_WORKDIR",
+    "LOOPBACK",
+    "PORT_OFFSET",
+    "PROXY_MODE_CLUSTER",
+    "PROXY_MODE_LOCAL",
+    "RELEASES",
+    "STATE_FILE_NAME",
+    "VERSION_ENV",
+    "Cluster",
+    "ClusterConfig",
+    "ClusterError",
+    "Server",
+    "cluster_for",
+    "ensure_built",
+    "main",
+    "namesrv_name",
+    "run_tool",
+    "shifted",
+    "tool_command",
 ]
 
 STATE_FILE_NAME = "cluster.json"
@@ -111,8 +171,9 @@ class Cluster:
             raise ClusterError(f"RocketMQ {cfg.version} has no proxy; start it without one")
         busy = [p for p in self.all_ports() if port_open(p)]
         if busy:
-            raise ClusterError(f"ports already in use on {LOOPBACK}: {busy}; stop what holds them "
-                               "or choose other ports")
+            raise ClusterError(
+                f"ports already in use on {LOOPBACK}: {busy}; stop what holds them or choose other ports"
+            )
         _built(cfg.version)
         if not keep_data:
             for sub in ("store", "home", "logs", "conf", TLS_DIR):
@@ -136,8 +197,15 @@ class Cluster:
             if cfg.proxy and cfg.proxy_mode == PROXY_MODE_CLUSTER:
                 # Started last: a cluster-mode proxy routes through the name server at once.
                 args = ["-pm", PROXY_MODE_CLUSTER, "-n", cfg.namesrv_addr, "-pc", str(self._write_proxy_conf())]
-                proxy = self._spawn("proxy", "proxy", PROXY_MAIN, PROXY_HEAP, args,
-                                    [cfg.proxy_remoting_port, cfg.proxy_grpc_port], [PROXY_READY])
+                proxy = self._spawn(
+                    "proxy",
+                    "proxy",
+                    PROXY_MAIN,
+                    PROXY_HEAP,
+                    args,
+                    [cfg.proxy_remoting_port, cfg.proxy_grpc_port],
+                    [PROXY_READY],
+                )
                 wait_ready(proxy, time.monotonic() + READY_TIMEOUT_S)
         except (ProcessError, CertificateToolError) as err:
             self.stop()
@@ -147,8 +215,16 @@ class Cluster:
             raise
         return self
 
-    def _spawn(self, role: str, name: str, main: str, heap: Sequence[str], args: Sequence[str],
-               ports: list[int], ready: list[str]) -> Server:
+    def _spawn(
+        self,
+        role: str,
+        name: str,
+        main: str,
+        heap: Sequence[str],
+        args: Sequence[str],
+        ports: list[int],
+        ready: list[str],
+    ) -> Server:
         """One server JVM on the release's classpath, with its own user.home and logging."""
         cfg = self.config
         home = cfg.workdir / "home" / name
@@ -185,10 +261,25 @@ class Cluster:
         port = cfg.broker_ports[index]
         ports = [port, port + FAST_CHANNEL_PORT_OFFSET]
         if index == 0 and cfg.proxy and cfg.proxy_mode == PROXY_MODE_LOCAL:
-            args = ["-pm", PROXY_MODE_LOCAL, "-bc", str(conf), "-n", cfg.namesrv_addr,
-                    "-pc", str(self._write_proxy_conf())]
-            return self._spawn("proxy", name, PROXY_MAIN, BROKER_HEAP, args,
-                               [*ports, cfg.proxy_remoting_port, cfg.proxy_grpc_port], [PROXY_READY])
+            args = [
+                "-pm",
+                PROXY_MODE_LOCAL,
+                "-bc",
+                str(conf),
+                "-n",
+                cfg.namesrv_addr,
+                "-pc",
+                str(self._write_proxy_conf()),
+            ]
+            return self._spawn(
+                "proxy",
+                name,
+                PROXY_MAIN,
+                BROKER_HEAP,
+                args,
+                [*ports, cfg.proxy_remoting_port, cfg.proxy_grpc_port],
+                [PROXY_READY],
+            )
         args = ["-c", str(conf), "-n", cfg.namesrv_addr]
         return self._spawn("broker", name, BROKER_MAIN, BROKER_HEAP, args, ports, [BROKER_READY])
 
@@ -197,8 +288,13 @@ class Cluster:
         proxy_conf.write_text(json.dumps(proxy_settings(self.config), indent=2))
         return proxy_conf
 
-    def _wait_registered(self, deadline: float, ports: Sequence[int] | None = None,
-                         names: Sequence[str] | None = None, listed: bool = True) -> None:
+    def _wait_registered(
+        self,
+        deadline: float,
+        ports: Sequence[int] | None = None,
+        names: Sequence[str] | None = None,
+        listed: bool = True,
+    ) -> None:
         """Until the name servers (all, or those on ``ports``) list the brokers (all, or ``names``),
         or with ``listed=False`` no longer list them; mqadmin asks each name server directly."""
         expected = BROKER_NAMES[: self.config.brokers] if names is None else names
@@ -208,8 +304,10 @@ class Cluster:
                 if all((name in out) is listed for name in expected):
                     break
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"brokers {sorted(expected)} still {'un' if listed else ''}registered "
-                                       f"with the name server on port {port}")
+                    raise ClusterError(
+                        f"brokers {sorted(expected)} still {'un' if listed else ''}registered "
+                        f"with the name server on port {port}"
+                    )
                 time.sleep(POLL_S)
 
     def all_ports(self) -> list[int]:
@@ -312,15 +410,30 @@ class Cluster:
             raise ClusterError(f"no server named {name} in this cluster")
 
     def status(self) -> list[dict[str, Any]]:
-        return [{"role": s.role, "pid": s.pid, "ports": s.ports, "alive": s.alive(),
-                 "ports_open": [port_open(p) for p in s.ports]} for s in self.servers]
+        return [
+            {
+                "role": s.role,
+                "pid": s.pid,
+                "ports": s.ports,
+                "alive": s.alive(),
+                "ports_open": [port_open(p) for p in s.ports],
+            }
+            for s in self.servers
+        ]
 
     # ----------------------------------------------------------------- clients
 
     def tool(self, command: str, *args: str, check: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
         """Run the Java test tool against this cluster; return its JSON lines."""
-        return run_tool(self.namesrv_addr, command, *args, workdir=self.config.workdir, check=check,
-                        timeout=timeout, tls=self.config.tls_clients)
+        return run_tool(
+            self.namesrv_addr,
+            command,
+            *args,
+            workdir=self.config.workdir,
+            check=check,
+            timeout=timeout,
+            tls=self.config.tls_clients,
+        )
 
     def mqadmin(self, *args: str, check: bool = True, namesrv: str | None = None) -> str:
         """Run the release's own mqadmin against this cluster (or one of its name servers); return
@@ -329,15 +442,26 @@ class Cluster:
         home = cfg.workdir / "home" / "mqadmin"
         home.mkdir(parents=True, exist_ok=True)
         classpath = server_classpath(cfg.version)
-        props = {**logging_props(cfg.release, cfg.workdir, classpath, "tools", home),
-                 "rocketmq.client.logLevel": "WARN", **(client_properties() if cfg.tls_clients else {})}
-        cmd = java_command(MQADMIN_MAIN, classpath, TOOL_HEAP, cfg.release.jvm_flags, props,
-                           [*args, "-n", namesrv or self.namesrv_addr])
+        props = {
+            **logging_props(cfg.release, cfg.workdir, classpath, "tools", home),
+            "rocketmq.client.logLevel": "WARN",
+            **(client_properties() if cfg.tls_clients else {}),
+        }
+        cmd = java_command(
+            MQADMIN_MAIN,
+            classpath,
+            TOOL_HEAP,
+            cfg.release.jvm_flags,
+            props,
+            [*args, "-n", namesrv or self.namesrv_addr],
+        )
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         # mqadmin exits 0 when a sub-command fails; only its stderr tells.
         if check and (result.returncode != 0 or MQADMIN_FAILED in result.stderr):
-            raise ClusterError(f"mqadmin {' '.join(args)} failed:\n{result.stdout[-OUTPUT_TAIL_CHARS:]}\n"
-                               f"{result.stderr[-OUTPUT_TAIL_CHARS:]}")
+            raise ClusterError(
+                f"mqadmin {' '.join(args)} failed:\n{result.stdout[-OUTPUT_TAIL_CHARS:]}\n"
+                f"{result.stderr[-OUTPUT_TAIL_CHARS:]}"
+            )
         return result.stdout
 
 
@@ -368,25 +492,37 @@ def _parser() -> argparse.ArgumentParser:
     _version_option(start)
     start.add_argument("--brokers", type=int, default=2, choices=(0, 1, 2), help="0: a name server alone")
     start.add_argument("--proxy", action="store_true", help="start the 5.x proxy (remoting and gRPC ports)")
-    start.add_argument("--proxy-mode", choices=(PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL), default=PROXY_MODE_CLUSTER,
-                       help="cluster: its own JVM in front of the brokers; local: embeds broker-a (serves no pulls)")
+    start.add_argument(
+        "--proxy-mode",
+        choices=(PROXY_MODE_CLUSTER, PROXY_MODE_LOCAL),
+        default=PROXY_MODE_CLUSTER,
+        help="cluster: its own JVM in front of the brokers; local: embeds broker-a (serves no pulls)",
+    )
     start.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
     start.add_argument("--broker-ports", default=",".join(map(str, DEFAULT_BROKER_PORTS)))
     start.add_argument("--proxy-remoting-port", type=int, default=DEFAULT_PROXY_REMOTING_PORT)
     start.add_argument("--proxy-grpc-port", type=int, default=DEFAULT_PROXY_GRPC_PORT)
     start.add_argument("--property-filter", action="store_true", help="enablePropertyFilter (SQL92)")
-    start.add_argument("--acl", action="store_true",
-                       help=f"authentication with user {ACL_USER}: ACL 2.0 on 5.x, plain_acl.yml on 4.9")
+    start.add_argument(
+        "--acl", action="store_true", help=f"authentication with user {ACL_USER}: ACL 2.0 on 5.x, plain_acl.yml on 4.9"
+    )
     start.add_argument("--short-retention", action="store_true", help="commit-log files expire when full")
-    start.add_argument("--max-transfer-count", type=int, default=None,
-                       help="maxTransferCountOnMessageInMemory")
-    start.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_MASTERS,
-                       help="how each broker name is served: one master, or replicas (integration/replicated.py)")
+    start.add_argument("--max-transfer-count", type=int, default=None, help="maxTransferCountOnMessageInMemory")
+    start.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default=LAYOUT_MASTERS,
+        help="how each broker name is served: one master, or replicas (integration/replicated.py)",
+    )
     start.add_argument("--slave-read", action="store_true", help="slaveReadEnable: 5.x slaves serve pulls")
     start.add_argument("--keep-data", action="store_true", help="keep the stores of an earlier run")
-    start.add_argument("--tls", choices=TLS_MODES, default=None,
-                       help="tls.server.mode of every server; enforcing and permissive serve a certificate of "
-                            "a CA made for the run (<workdir>/tls/ca.pem); default: RocketMQ's own")
+    start.add_argument(
+        "--tls",
+        choices=TLS_MODES,
+        default=None,
+        help="tls.server.mode of every server; enforcing and permissive serve a certificate of "
+        "a CA made for the run (<workdir>/tls/ca.pem); default: RocketMQ's own",
+    )
     sub.add_parser("stop", help="stop the recorded cluster")
     sub.add_parser("status", help="print the recorded servers")
     build = sub.add_parser("build", help="build the tool jar and the release's classpath")
@@ -398,8 +534,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", choices=tuple(RELEASES), default=None,
-                        help=f"the RocketMQ release (default: ${VERSION_ENV}, else {DEFAULT_VERSION})")
+    parser.add_argument(
+        "--version",
+        choices=tuple(RELEASES),
+        default=None,
+        help=f"the RocketMQ release (default: ${VERSION_ENV}, else {DEFAULT_VERSION})",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -413,20 +553,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if opts.command == "start":
         config = ClusterConfig(
-            workdir=opts.workdir, brokers=opts.brokers, proxy=opts.proxy, proxy_mode=opts.proxy_mode,
+            workdir=opts.workdir,
+            brokers=opts.brokers,
+            proxy=opts.proxy,
+            proxy_mode=opts.proxy_mode,
             namesrv_port=opts.namesrv_port,
             broker_ports=tuple(int(p) for p in opts.broker_ports.split(",")),
-            proxy_remoting_port=opts.proxy_remoting_port, proxy_grpc_port=opts.proxy_grpc_port,
-            property_filter=opts.property_filter, acl=opts.acl, short_retention=opts.short_retention,
-            max_transfer_count_in_memory=opts.max_transfer_count, tls=opts.tls, layout=opts.layout,
+            proxy_remoting_port=opts.proxy_remoting_port,
+            proxy_grpc_port=opts.proxy_grpc_port,
+            property_filter=opts.property_filter,
+            acl=opts.acl,
+            short_retention=opts.short_retention,
+            max_transfer_count_in_memory=opts.max_transfer_count,
+            tls=opts.tls,
+            layout=opts.layout,
             slave_read=opts.slave_read,
         )
         if opts.version:
             config.version = opts.version
         cluster = cluster_for(config).start(keep_data=opts.keep_data)
         ca_cert = {"caCert": str(cluster.ca_cert)} if config.tls_clients else {}
-        print(json.dumps({"version": cluster.version, "namesrv": cluster.namesrv_addr, **ca_cert,
-                          "servers": cluster.status()}, indent=2))
+        print(
+            json.dumps(
+                {"version": cluster.version, "namesrv": cluster.namesrv_addr, **ca_cert, "servers": cluster.status()},
+                indent=2,
+            )
+        )
         return 0
     if opts.command == "stop":
         if not (opts.workdir / STATE_FILE_NAME).exists():
@@ -436,8 +588,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     cluster = Cluster.load(opts.workdir)
     if opts.command == "status":
-        print(json.dumps({"version": cluster.version, "namesrv": cluster.namesrv_addr, "servers": cluster.status()},
-                         indent=2))
+        print(
+            json.dumps(
+                {"version": cluster.version, "namesrv": cluster.namesrv_addr, "servers": cluster.status()}, indent=2
+            )
+        )
         return 0 if all(s["alive"] for s in cluster.status()) else 1
     if opts.command == "tool":
         for row in cluster.tool(*opts.args):

@@ -193,8 +193,7 @@ def _acl_settings(config: ClusterConfig, store: Path) -> dict[str, str]:
     return {
         "authenticationEnabled": "true",
         "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
-        "authenticationMetadataProvider":
-            "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
+        "authenticationMetadataProvider": "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
         "initAuthenticationUser": json.dumps({"username": ACL_USER, "password": ACL_PASSWORD}),
         "innerClientAuthenticationCredentials": json.dumps({"accessKey": ACL_USER, "secretKey": ACL_PASSWORD}),
         "authConfigPath": str(store / "auth"),
@@ -212,7 +211,8 @@ def write_plain_acl(workdir: Path) -> Path:
         "    whiteRemoteAddress:\n"
         "    admin: true\n"
         "    defaultTopicPerm: PUB|SUB\n"
-        "    defaultGroupPerm: PUB|SUB\n")
+        "    defaultGroupPerm: PUB|SUB\n"
+    )
     return path
 
 
@@ -283,7 +283,8 @@ def logging_props(config_release: Release, workdir: Path, classpath: str, role: 
         write_home_conf_logback(workdir)
     else:
         props["rmq.logback.configurationFile"] = str(
-            jar_logback_config(workdir, classpath, role, config_release.version))
+            jar_logback_config(workdir, classpath, role, config_release.version)
+        )
     return props
 
 

@@ -56,8 +56,14 @@ def rocketmq() -> Iterator[ClusterHandle]:
 def two_broker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """Two brokers of a cluster of the module's own, started once for the module; tests use
     ``two_brokers``."""
-    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("two-brokers"), brokers=2,
-                                   namesrv_port=TWO_BROKERS_NAMESRV_PORT, broker_ports=TWO_BROKERS_PORTS)) as handle:
+    with own_cluster(
+        ClusterConfig(
+            workdir=tmp_path_factory.mktemp("two-brokers"),
+            brokers=2,
+            namesrv_port=TWO_BROKERS_NAMESRV_PORT,
+            broker_ports=TWO_BROKERS_PORTS,
+        )
+    ) as handle:
         yield handle
 
 
@@ -79,8 +85,15 @@ def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One broker of the release with authentication on (ACL 2.0 on 5.x, plain_acl.yml on 4.9,
     its user ACL_USER), which every test of a run that signs its requests shares: test_acl,
     test_notebook and test_versions each put topics of their own on it."""
-    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("acl-cluster"), brokers=1, acl=True,
-                                   namesrv_port=ACL_NAMESRV_PORT, broker_ports=(ACL_BROKER_PORT,))) as handle:
+    with own_cluster(
+        ClusterConfig(
+            workdir=tmp_path_factory.mktemp("acl-cluster"),
+            brokers=1,
+            acl=True,
+            namesrv_port=ACL_NAMESRV_PORT,
+            broker_ports=(ACL_BROKER_PORT,),
+        )
+    ) as handle:
         yield handle.started
 
 
@@ -135,8 +148,9 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
 
 
 @pytest.fixture(scope="session")
-def line_venvs(dist: Dist, request: pytest.FixtureRequest,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[LineVenvs]:
+def line_venvs(
+    dist: Dist, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LineVenvs]:
     """Virtualenvs of the wheel on each PySpark line (integration/lines.py): when the run has the
     line tests, all of them start building now, in the background; else each on first use."""
     venvs = LineVenvs(dist.wheel, tmp_path_factory.mktemp("lines"))

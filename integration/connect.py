@@ -32,8 +32,14 @@ JOB_TIMEOUT_S = 600.0
 CONNECT_CLIENT = "pyspark.sql.connect.session"
 # The tests' own session exports these for its workers; a job or server of another
 # interpreter must choose its own, and must not mistake itself for a Connect client.
-INHERITED_SPARK_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
-                       "SPARK_LOCAL_REMOTE", "SPARK_API_MODE")
+INHERITED_SPARK_ENV = (
+    "PYSPARK_PYTHON",
+    "PYSPARK_DRIVER_PYTHON",
+    "SPARK_REMOTE",
+    "SPARK_CONNECT_MODE_ENABLED",
+    "SPARK_LOCAL_REMOTE",
+    "SPARK_API_MODE",
+)
 
 
 class ConnectError(RuntimeError):
@@ -60,14 +66,20 @@ class ConnectServer:
 
     def start(self) -> ConnectServer:
         if port_open(self.port):
-            raise ConnectError(f"port {self.port} on {LOOPBACK} is taken; set ROCKETMQ_SPARK_CONNECT_PORT "
-                               "or ROCKETMQ_PORT_OFFSET to move the Connect server")
+            raise ConnectError(
+                f"port {self.port} on {LOOPBACK} is taken; set ROCKETMQ_SPARK_CONNECT_PORT "
+                "or ROCKETMQ_PORT_OFFSET to move the Connect server"
+            )
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [self.python, "-I", str(SPARKJOBS), "serve", "--port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir,
-                env=job_env(), start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                env=job_env(),
+                start_new_session=True,
             )
         deadline = time.monotonic() + SPARK_READY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -101,8 +113,15 @@ class ConnectServer:
 def run_job(job: str, args: Sequence[str], cwd: Path, python: str = sys.executable) -> dict[str, Any]:
     """Run a ``sparkjobs.py`` job; its JSON answer (``result`` or ``error``)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([python, "-I", str(SPARKJOBS), job, *args], capture_output=True, text=True,
-                          cwd=cwd, env=job_env(), timeout=JOB_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [python, "-I", str(SPARKJOBS), job, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=job_env(),
+        timeout=JOB_TIMEOUT_S,
+        check=False,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise ConnectError(f"job {job} gave no answer (exit {done.returncode}):\n{done.stderr[-OUTPUT_TAIL_CHARS:]}")

@@ -33,21 +33,32 @@ def _result(**fields: Any) -> None:
 
 def run(args: argparse.Namespace) -> None:
     spark = local_spark("credentials-run")
-    options = {"nameServer": args.name_server, "topic": args.topic, "accessKey": args.access_key,
-               "secretKey": args.secret_key, "pullTimeoutMs": "3000"}
+    options = {
+        "nameServer": args.name_server,
+        "topic": args.topic,
+        "accessKey": args.access_key,
+        "secretKey": args.secret_key,
+        "pullTimeoutMs": "3000",
+    }
 
-    stream = _reader(spark, "stream", {**options, "consumerGroup": args.group,
-                                       "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"})
+    stream = _reader(
+        spark, "stream", {**options, "consumerGroup": args.group, "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}
+    )
     stream.explain(True)
-    query = (stream.writeStream.format("noop").option("checkpointLocation", f"{args.checkpoints}/good")
-             .trigger(availableNow=True).start())
+    query = (
+        stream.writeStream.format("noop")
+        .option("checkpointLocation", f"{args.checkpoints}/good")
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(QUERY_TIMEOUT_S)
     query.explain(True)  # the plan of its last micro-batch
     for progress in query.recentProgress:
         print(progress.json)
     print(query.lastProgress.json)
-    _result(kind="stream", rows=sum(p["numInputRows"] for p in query.recentProgress),
-            progress=len(query.recentProgress))
+    _result(
+        kind="stream", rows=sum(p["numInputRows"] for p in query.recentProgress), progress=len(query.recentProgress)
+    )
 
     batch = _reader(spark, "batch", options)
     batch.explain(True)
@@ -58,8 +69,12 @@ def run(args: argparse.Namespace) -> None:
         try:
             df = _reader(spark, kind, {**wrong, "consumerGroup": args.group})
             if kind == "stream":
-                failing = (df.writeStream.format("noop").option("checkpointLocation", f"{args.checkpoints}/wrong")
-                           .trigger(availableNow=True).start())
+                failing = (
+                    df.writeStream.format("noop")
+                    .option("checkpointLocation", f"{args.checkpoints}/wrong")
+                    .trigger(availableNow=True)
+                    .start()
+                )
                 failing.awaitTermination(QUERY_TIMEOUT_S)
             else:
                 df.count()

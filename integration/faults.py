@@ -51,8 +51,12 @@ KILL_WAIT_S = 30.0
 def fault_cluster(workdir: Path) -> ClusterConfig:
     """Two name servers, two brokers, broker-b behind the relay address."""
     return ClusterConfig(
-        workdir=workdir, brokers=2, namesrv_port=NAMESRV_PORTS[0], extra_namesrv_ports=NAMESRV_PORTS[1:],
-        broker_ports=BROKER_PORTS, extra_broker_settings={"registerNameServerPeriod": str(REGISTER_PERIOD_MS)},
+        workdir=workdir,
+        brokers=2,
+        namesrv_port=NAMESRV_PORTS[0],
+        extra_namesrv_ports=NAMESRV_PORTS[1:],
+        broker_ports=BROKER_PORTS,
+        extra_broker_settings={"registerNameServerPeriod": str(REGISTER_PERIOD_MS)},
         broker_overrides={RELAYED_BROKER: {"brokerIP1": RELAY_HOST, "bindAddress": LOOPBACK}},
     )
 
@@ -71,8 +75,20 @@ class Producer:
     def __init__(self, namesrv_addr: str, workdir: Path, topic: str, count: int, prefix: str, *args: str) -> None:
         self.out = workdir / f"produce-{prefix}.out"
         self.err = workdir / f"produce-{prefix}.err"
-        cmd = tool_command(namesrv_addr, "produce", "--topic", topic, "--count", str(count),
-                           "--body", f"{prefix}-{{i}}", "--keys", f"{prefix}-{{i}}", "--print-body", *args)
+        cmd = tool_command(
+            namesrv_addr,
+            "produce",
+            "--topic",
+            topic,
+            "--count",
+            str(count),
+            "--body",
+            f"{prefix}-{{i}}",
+            "--keys",
+            f"{prefix}-{{i}}",
+            "--print-body",
+            *args,
+        )
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
 
@@ -99,8 +115,9 @@ class Producer:
         return json_lines(self.out.read_text())
 
     def _failed(self) -> AssertionError:
-        return AssertionError(f"the producer failed (exit {self.proc.returncode}):\n"
-                              f"{self.err.read_text()[-OUTPUT_TAIL_CHARS:]}")
+        return AssertionError(
+            f"the producer failed (exit {self.proc.returncode}):\n{self.err.read_text()[-OUTPUT_TAIL_CHARS:]}"
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -122,14 +139,30 @@ class StreamJob:
         self.stop_file = workdir / f"stop-{attempt}"
         self.log = workdir / f"job-{attempt}.log"
         session = ["--classic", "--master", MASTER] if remote is None else ["--remote", remote]
-        cmd = [sys.executable, str(SPARKJOBS), "follow", *session,
-               "--sink", str(self.sink), "--checkpoint", str(self.checkpoint), "--stop-file", str(self.stop_file)]
+        cmd = [
+            sys.executable,
+            str(SPARKJOBS),
+            "follow",
+            *session,
+            "--sink",
+            str(self.sink),
+            "--checkpoint",
+            str(self.checkpoint),
+            "--stop-file",
+            str(self.stop_file),
+        ]
         for key, value in options.items():
             cmd += ["-o", f"{key}={value}"]
         env = dict(os.environ) if remote is None else job_env()
         self._log: TextIO = open(self.log, "w")  # noqa: SIM115 - open for the process's life
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+        )
 
     def batches(self, kind: str) -> list[int]:
         """The batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
@@ -196,8 +229,9 @@ class StreamJob:
         self._log.close()
 
 
-def wait_stored_at_end(config: ClusterConfig, topic: str, broker: str, queues: int, group: str,
-                       timeout_s: float = STORED_TIMEOUT_S) -> None:
+def wait_stored_at_end(
+    config: ClusterConfig, topic: str, broker: str, queues: int, group: str, timeout_s: float = STORED_TIMEOUT_S
+) -> None:
     """Until the group's stored offset of every queue of the broker is the queue's max offset, as
     the broker answers QUERY_CONSUMER_OFFSET: the stream has read and stored all of it just now."""
     address = f"{LOOPBACK}:{config.broker_ports[BROKER_NAMES.index(broker)]}"
@@ -234,15 +268,17 @@ def sink_rows(spark: Any, sink: Path) -> list[Any]:
     return spark.read.parquet(str(sink)).select("body", "brokerName", "queueId", "queueOffset").collect()
 
 
-def check_exactly_once(rows: Sequence[Any], produced: Sequence[Mapping[str, Any]],
-                       offsets: Sequence[Mapping[str, Any]]) -> None:
+def check_exactly_once(
+    rows: Sequence[Any], produced: Sequence[Mapping[str, Any]], offsets: Sequence[Mapping[str, Any]]
+) -> None:
     """Every produced message in the sink once, where the producer was told it went, and the
     group's stored offset of every queue at the queue's end and the sink's end."""
     sent_at = Counter((m["broker"], m["queueId"], m["queueOffset"]) for m in produced)
     sunk_at = Counter((r.brokerName, r.queueId, r.queueOffset) for r in rows)
     missing, extra = sent_at - sunk_at, sunk_at - sent_at
-    assert not missing and not extra, (f"{len(rows)} rows for {len(produced)} messages; missing "
-                                       f"{sorted(missing)[:5]}..., extra {sorted(extra)[:5]}...")
+    assert not missing and not extra, (
+        f"{len(rows)} rows for {len(produced)} messages; missing {sorted(missing)[:5]}..., extra {sorted(extra)[:5]}..."
+    )
     sent_bodies = Counter(base64.b64decode(m["body"]).decode() for m in produced)
     assert Counter(r.body for r in rows) == sent_bodies, "the sink's bodies differ from what was sent"
     sink_end: dict[tuple[str, int], int] = {}

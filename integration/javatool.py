@@ -26,8 +26,9 @@ TOOL_LOGBACK_DIR = "tool"
 TOOL_HEAP = ("-Xms64m", "-Xmx512m")
 
 
-def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-                 tls: bool = False) -> list[str]:
+def tool_command(
+    namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR, tls: bool = False
+) -> list[str]:
     """The java command line that runs one tool command against ``namesrv_addr``; ``tls``: it
     connects with TLS, trusting any certificate."""
     home = workdir / "home" / "tool"
@@ -35,10 +36,18 @@ def tool_command(namesrv_addr: str, command: str, *args: str, workdir: Path = DE
     try:
         classpath = tool_classpath()
         logback = jar_logback_config(workdir, classpath, "tools", TOOL_LOGBACK_DIR)
-        return java_command(TOOL_MAIN, classpath, TOOL_HEAP, JDK17_FLAGS,
-                            {"user.home": str(home), "rmq.logback.configurationFile": str(logback),
-                             **(client_properties() if tls else {})},
-                            [command, "--ns", namesrv_addr, *args])
+        return java_command(
+            TOOL_MAIN,
+            classpath,
+            TOOL_HEAP,
+            JDK17_FLAGS,
+            {
+                "user.home": str(home),
+                "rmq.logback.configurationFile": str(logback),
+                **(client_properties() if tls else {}),
+            },
+            [command, "--ns", namesrv_addr, *args],
+        )
     except (BuildError, ProcessError) as err:
         raise ClusterError(str(err)) from err
 
@@ -48,8 +57,15 @@ def json_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def run_tool(namesrv_addr: str, command: str, *args: str, workdir: Path = DEFAULT_WORKDIR,
-             check: bool = True, timeout: float | None = None, tls: bool = False) -> list[dict[str, Any]]:
+def run_tool(
+    namesrv_addr: str,
+    command: str,
+    *args: str,
+    workdir: Path = DEFAULT_WORKDIR,
+    check: bool = True,
+    timeout: float | None = None,
+    tls: bool = False,
+) -> list[dict[str, Any]]:
     """Run the Java test tool against any name server; return its JSON lines.
 
     The tool is the same whatever release the brokers run: the official 5.x client, which

@@ -40,8 +40,10 @@ ANSWER_TIMEOUT_S = 600.0
 END_TIMEOUT_S = 60.0
 FIND_PYSPARK = "import pyspark, os; print(pyspark.__version__); print(os.path.dirname(pyspark.__file__))"
 # pip's lines that name the packages it fetches, removes or installs.
-PIP_ACTIVITY = re.compile(r"^(Collecting|Downloading|Uninstalling|Successfully uninstalled|Installing collected "
-                          r"packages:|Successfully installed)\s*(.*)$")
+PIP_ACTIVITY = re.compile(
+    r"^(Collecting|Downloading|Uninstalling|Successfully uninstalled|Installing collected "
+    r"packages:|Successfully installed)\s*(.*)$"
+)
 # PySpark in such a line's list: a requirement, a name, or a name-version (not pyspark_rocketmq).
 PYSPARK_TOKEN = re.compile(r"pyspark(?:$|[\[=<>~!;:]|-\d)", re.IGNORECASE)
 # A Java stack trace's frame lines, left out of the log a failure shows.
@@ -92,20 +94,38 @@ class LineVenv:
 
     def run(self, *args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
         """This interpreter in isolated mode: only what is installed here can be imported."""
-        return subprocess.run([self.python, "-I", *args], capture_output=True, text=True, cwd=cwd,
-                              env=job_env(), timeout=timeout, check=False)
+        return subprocess.run(
+            [self.python, "-I", *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=job_env(),
+            timeout=timeout,
+            check=False,
+        )
 
     def pip_touched_pyspark(self) -> list[str]:
         """pip's lines of the wheel's install that fetched, removed or installed PySpark."""
-        return [line for line in self.wheel_output.splitlines()
-                if (match := PIP_ACTIVITY.match(line.strip()))
-                and any(PYSPARK_TOKEN.match(token) for token in re.split(r"[,\s]+", WHY.sub("", match.group(2))))]
+        return [
+            line
+            for line in self.wheel_output.splitlines()
+            if (match := PIP_ACTIVITY.match(line.strip()))
+            and any(PYSPARK_TOKEN.match(token) for token in re.split(r"[,\s]+", WHY.sub("", match.group(2))))
+        ]
 
 
 def run(*cmd: str, cwd: Path, timeout: float = INSTALL_TIMEOUT_S) -> str:
     """Run a command; its output (stdout and stderr), or an error that shows it."""
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                          env=job_env(), timeout=timeout, check=False)
+    done = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env=job_env(),
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise LineError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-OUTPUT_TAIL_CHARS:]}")
     return done.stdout
@@ -172,8 +192,13 @@ class UnitRun:
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(
                 [venv.python, "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", tests.name],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=job_env(),
-                start_new_session=True)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+                env=job_env(),
+                start_new_session=True,
+            )
 
     def wait(self, timeout: float) -> tuple[int, str]:
         """The run's exit code and the end of its output."""
@@ -198,16 +223,23 @@ class Driver:
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [python, "-I", str(SPARKJOBS), "drive", "--classic", "--inbox", str(self.inbox)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=job_env(),
-                start_new_session=True)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+                env=job_env(),
+                start_new_session=True,
+            )
 
     def call(self, op: str, **args: Any) -> Any:
         """Send one request and wait for its answer; Spark's error, if it refused, as LineError."""
         answer = self._ask(op, args)
         if "error" in answer:
             error = answer["error"]
-            raise LineError(f"{op} failed: {error['type']}: {error['message'][:OUTPUT_TAIL_CHARS]}\n"
-                            f"The Spark process's log, stack traces left out:\n{self.notices()}")
+            raise LineError(
+                f"{op} failed: {error['type']}: {error['message'][:OUTPUT_TAIL_CHARS]}\n"
+                f"The Spark process's log, stack traces left out:\n{self.notices()}"
+            )
         return answer["result"]
 
     def _ask(self, op: str, args: dict[str, Any]) -> dict[str, Any]:

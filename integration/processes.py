@@ -89,8 +89,14 @@ def tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
         return "(no output)"
 
 
-def java_command(main: str, classpath: str, heap: Sequence[str], jvm_flags: Sequence[str],
-                 system_props: Mapping[str, str], args: Sequence[str]) -> list[str]:
+def java_command(
+    main: str,
+    classpath: str,
+    heap: Sequence[str],
+    jvm_flags: Sequence[str],
+    system_props: Mapping[str, str],
+    args: Sequence[str],
+) -> list[str]:
     java = shutil.which("java")
     if java is None:
         raise ProcessError("java is not on PATH; RocketMQ needs a JDK (17 is tested)")
@@ -104,12 +110,17 @@ def spawn(workdir: Path, role: str, name: str, cmd: Sequence[str], ports: list[i
     with open(out_file, "ab") as out:
         out_start = out.tell()
         proc = subprocess.Popen(
-            list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=str(workdir), start_new_session=True,
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(workdir),
+            start_new_session=True,
             env={**os.environ, "ROCKETMQ_HOME": str(workdir)},
         )
-    return Server(role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready,
-                  out_start=out_start)
+    return Server(
+        role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready, out_start=out_start
+    )
 
 
 def wait_ready(server: Server, deadline: float) -> None:
@@ -123,8 +134,9 @@ def wait_ready(server: Server, deadline: float) -> None:
         if all(line in text for line in server.ready_line) and all(port_open(p) for p in server.ports):
             return
         time.sleep(POLL_S)
-    raise ProcessError(f"{server.role} (pid {server.pid}) not ready after {READY_TIMEOUT_S:.0f}s:\n"
-                       f"{tail(server.out_file)}")
+    raise ProcessError(
+        f"{server.role} (pid {server.pid}) not ready after {READY_TIMEOUT_S:.0f}s:\n{tail(server.out_file)}"
+    )
 
 
 def terminate(servers: list[Server]) -> None:

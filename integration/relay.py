@@ -179,8 +179,10 @@ class Relay:
         except OSError:
             self._drop(pair)  # the broker is down: the client sees a reset, as a refused relay
             return
-        pair.tasks = [asyncio.ensure_future(self._pump(reader, pair.upstream, pair)),
-                      asyncio.ensure_future(self._pump(up_reader, writer, pair))]
+        pair.tasks = [
+            asyncio.ensure_future(self._pump(reader, pair.upstream, pair)),
+            asyncio.ensure_future(self._pump(up_reader, writer, pair)),
+        ]
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: _Pair) -> None:
         """Read chunks as they come, pass each on at its time (now, or after the delay)."""

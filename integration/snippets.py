@@ -64,8 +64,15 @@ def blocks(path: Path) -> list[Block]:
             end += 1
         if end == len(lines):
             raise ValueError(f"{path}:{at + 1}: a fence that is never closed")
-        found.append(Block(path, at + 1, marker.group(1) if marker else None, marker.group(2) if marker else "",
-                           "\n".join(lines[at + 1:end]) + "\n"))
+        found.append(
+            Block(
+                path,
+                at + 1,
+                marker.group(1) if marker else None,
+                marker.group(2) if marker else "",
+                "\n".join(lines[at + 1 : end]) + "\n",
+            )
+        )
         at = end + 1
     return found
 
@@ -93,7 +100,14 @@ def substitute(text: str, replacements: Mapping[str, str]) -> str:
 
 def shell(block: str, cwd: Path, env: dict[str, str], timeout: float = COMMAND_TIMEOUT_S) -> str:
     """Run a block of commands as bash runs a pasted block, stopping at the first that fails."""
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, f"{block}\nfailed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout

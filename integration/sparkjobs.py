@@ -66,12 +66,15 @@ def serve(port: int) -> None:
     """A Connect server in a local Spark whose Python workers run this interpreter; until SIGTERM."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    spark = local_spark(f"rocketmq-spark-connect-{port}", **{
-        "spark.plugins": CONNECT_PLUGIN,
-        "spark.connect.grpc.binding.address": LOOPBACK,
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.memory": SERVER_DRIVER_MEMORY,
-    })
+    spark = local_spark(
+        f"rocketmq-spark-connect-{port}",
+        **{
+            "spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.driver.memory": SERVER_DRIVER_MEMORY,
+        },
+    )
     print(f"{SERVE_READY} on {LOOPBACK}:{port}, Spark {spark.version}", flush=True)
     try:
         stop.wait()
@@ -103,9 +106,15 @@ def reader(spark: Any, args: argparse.Namespace, streaming: bool) -> Any:
 def stream(args: argparse.Namespace) -> dict[str, Any]:
     """An AvailableNow stream into parquet; what Spark reported of it."""
     spark = session(args)
-    query = (reader(spark, args, streaming=True).selectExpr("keys", "brokerName", "queueId", "queueOffset")
-             .writeStream.format("parquet").option("path", args.sink)
-             .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
+    query = (
+        reader(spark, args, streaming=True)
+        .selectExpr("keys", "brokerName", "queueId", "queueOffset")
+        .writeStream.format("parquet")
+        .option("path", args.sink)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     finished = query.awaitTermination(QUERY_TIMEOUT_S)
     if not finished:
         query.stop()
@@ -113,8 +122,11 @@ def stream(args: argparse.Namespace) -> dict[str, Any]:
     # Attributes, not keys: a Connect client's progress may leave the top-level row count out.
     progress = [p for p in query.recentProgress if p.numInputRows > 0]
     # What the sink holds, as Spark reads it (its log, not stray files).
-    read_back = ({"keys": [row["keys"] for row in spark.read.parquet(args.sink).select("keys").collect()]}
-                 if args.read_back else {})
+    read_back = (
+        {"keys": [row["keys"] for row in spark.read.parquet(args.sink).select("keys").collect()]}
+        if args.read_back
+        else {}
+    )
     return {
         "rows": sum(p.numInputRows for p in progress),
         "batches": len(progress),
@@ -134,8 +146,11 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
 def where(spark: Any) -> dict[str, Any]:
     """Which Spark ran the job, and where this interpreter finds the package (None: nowhere)."""
     spec = importlib.util.find_spec("rocketmq_spark")
-    return {"spark": spark.version, "client": type(spark).__module__,
-            "package": spec.origin if spec is not None else None}
+    return {
+        "spark": spark.version,
+        "client": type(spark).__module__,
+        "package": spec.origin if spec is not None else None,
+    }
 
 
 def follow(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,9 +160,15 @@ def follow(args: argparse.Namespace) -> dict[str, Any]:
     spark = session(args)
 
     def start(**trigger: Any) -> Any:
-        return (reader(spark, args, streaming=True).selectExpr(*FOLLOW_COLUMNS).writeStream.format("parquet")
-                .option("path", args.sink).option("checkpointLocation", args.checkpoint)
-                .trigger(**trigger).start())
+        return (
+            reader(spark, args, streaming=True)
+            .selectExpr(*FOLLOW_COLUMNS)
+            .writeStream.format("parquet")
+            .option("path", args.sink)
+            .option("checkpointLocation", args.checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
 
     query = start(processingTime=args.interval)
     while not Path(args.stop_file).exists():
@@ -161,8 +182,11 @@ def follow(args: argparse.Namespace) -> dict[str, Any]:
     if not drain.awaitTermination(QUERY_TIMEOUT_S):
         drain.stop()
         raise TimeoutError(f"the AvailableNow run did not finish in {QUERY_TIMEOUT_S}s")
-    return {"drained_rows": sum(p.numInputRows for p in drain.recentProgress),
-            "drain_s": round(time.monotonic() - began, 1), **where(spark)}
+    return {
+        "drained_rows": sum(p.numInputRows for p in drain.recentProgress),
+        "drain_s": round(time.monotonic() - began, 1),
+        **where(spark),
+    }
 
 
 class Driven:
@@ -181,14 +205,27 @@ class Driven:
     def where(self) -> dict[str, Any]:
         return where(self.spark)
 
-    def start(self, name: str, options: dict[str, str], sink: str, checkpoint: str, columns: list[str],
-              trigger: dict[str, Any]) -> dict[str, Any]:
+    def start(
+        self,
+        name: str,
+        options: dict[str, str],
+        sink: str,
+        checkpoint: str,
+        columns: list[str],
+        trigger: dict[str, Any],
+    ) -> dict[str, Any]:
         """Start a stream into parquet under ``name``; it runs until ``stop``."""
         if name in self.queries:
             raise ValueError(f"a query named {name} is running")
-        self.queries[name] = (self.reader(options, streaming=True).selectExpr(*columns).writeStream
-                              .format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
-                              .trigger(**trigger).start())
+        self.queries[name] = (
+            self.reader(options, streaming=True)
+            .selectExpr(*columns)
+            .writeStream.format("parquet")
+            .option("path", sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
         return {}
 
     def wait(self, name: str, rows: int) -> dict[str, Any]:
@@ -203,9 +240,11 @@ class Driven:
             if progress and sum(p.numInputRows for p in progress) >= rows:
                 return summary(progress)
         progress = list(query.recentProgress)
-        raise TimeoutError(f"the query {name} did not read {rows} rows in {QUERY_TIMEOUT_S}s: it read "
-                           f"{sum(p.numInputRows for p in progress)}; status {query.status}; its triggers "
-                           f"{summary(progress)['triggers']}")
+        raise TimeoutError(
+            f"the query {name} did not read {rows} rows in {QUERY_TIMEOUT_S}s: it read "
+            f"{sum(p.numInputRows for p in progress)}; status {query.status}; its triggers "
+            f"{summary(progress)['triggers']}"
+        )
 
     def stop(self, name: str) -> dict[str, Any]:
         """Stop the stream; every trigger it reported."""
@@ -213,11 +252,17 @@ class Driven:
         query.stop()
         return summary(list(query.recentProgress))
 
-    def available_now(self, options: dict[str, str], sink: str, checkpoint: str,
-                      columns: list[str]) -> dict[str, Any]:
+    def available_now(self, options: dict[str, str], sink: str, checkpoint: str, columns: list[str]) -> dict[str, Any]:
         """An AvailableNow run into parquet, to its end; every trigger it reported."""
-        query = (self.reader(options, streaming=True).selectExpr(*columns).writeStream.format("parquet")
-                 .option("path", sink).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query = (
+            self.reader(options, streaming=True)
+            .selectExpr(*columns)
+            .writeStream.format("parquet")
+            .option("path", sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         if not query.awaitTermination(QUERY_TIMEOUT_S):
             query.stop()
             raise TimeoutError(f"the AvailableNow run did not finish in {QUERY_TIMEOUT_S}s")
@@ -240,8 +285,12 @@ class Driven:
 def summary(progress: list[Any]) -> dict[str, Any]:
     """Each reported trigger's batch id, rows read and end offsets. The offsets come from the
     report's JSON: PySpark 4.0 and 4.1 give ``SourceProgress.endOffset`` as a Python repr."""
-    return {"triggers": [{"batchId": p.batchId, "rows": p.numInputRows,
-                          "endOffset": json.loads(p.json)["sources"][0]["endOffset"]} for p in progress]}
+    return {
+        "triggers": [
+            {"batchId": p.batchId, "rows": p.numInputRows, "endOffset": json.loads(p.json)["sources"][0]["endOffset"]}
+            for p in progress
+        ]
+    }
 
 
 def drive(args: argparse.Namespace) -> dict[str, Any]:
@@ -308,8 +357,15 @@ def parser() -> argparse.ArgumentParser:
         where_to.add_argument("--classic", action="store_true", help="a classic local session")
         p.add_argument("--register", action="store_true", help="spark.dataSource.register(RocketMQDataSource)")
         p.add_argument("--master", help="a classic session's master, e.g. local[2,4] (4 attempts per task)")
-        p.add_argument("-o", "--option", dest="options", type=option, action="append", default=[],
-                       help="a source option, key=value")
+        p.add_argument(
+            "-o",
+            "--option",
+            dest="options",
+            type=option,
+            action="append",
+            default=[],
+            help="a source option, key=value",
+        )
         if name in ("stream", "follow"):
             p.add_argument("--sink", required=True)
             p.add_argument("--checkpoint", required=True)

@@ -61,9 +61,17 @@ class StandaloneCluster:
     def _spawn(self, name: str, *args: str) -> Path:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
-            self.processes.append(subprocess.Popen(
-                [str(SPARK_CLASS), *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.workdir, env=spark_env(), start_new_session=True))
+            self.processes.append(
+                subprocess.Popen(
+                    [str(SPARK_CLASS), *args],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.workdir,
+                    env=spark_env(),
+                    start_new_session=True,
+                )
+            )
         return log
 
     def start(self) -> StandaloneCluster:
@@ -71,15 +79,30 @@ class StandaloneCluster:
         if taken:
             raise StandaloneError(f"ports {taken} on {LOOPBACK} are taken; set ROCKETMQ_PORT_OFFSET to move them")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        master_log = self._spawn("master", MASTER_MAIN, "--host", LOOPBACK, "--port", str(MASTER_PORT),
-                                 "--webui-port", str(MASTER_UI_PORT))
+        master_log = self._spawn(
+            "master", MASTER_MAIN, "--host", LOOPBACK, "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI_PORT)
+        )
         try:
             for index, (port, ui_port) in enumerate(zip(WORKER_PORTS, WORKER_UI_PORTS)):
                 work = self.workdir / f"worker-{index}"
                 work.mkdir(exist_ok=True)
-                self._spawn(f"worker-{index}", WORKER_MAIN, "--host", LOOPBACK, "--port", str(port),
-                            "--webui-port", str(ui_port), "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY,
-                            "--work-dir", str(work), self.master_url)
+                self._spawn(
+                    f"worker-{index}",
+                    WORKER_MAIN,
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui_port),
+                    "--cores",
+                    str(WORKER_CORES),
+                    "--memory",
+                    WORKER_MEMORY,
+                    "--work-dir",
+                    str(work),
+                    self.master_url,
+                )
             self._wait_workers(master_log)
         except BaseException:
             self.stop()

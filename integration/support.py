@@ -52,8 +52,9 @@ logger.addHandler(handler)
 class ClusterHandle:
     """What a test needs to know of the cluster, whether this run started it or not."""
 
-    def __init__(self, namesrv_addr: str, proxy_addr: str | None, cluster: Cluster | None,
-                 version: str = DEFAULT_VERSION) -> None:
+    def __init__(
+        self, namesrv_addr: str, proxy_addr: str | None, cluster: Cluster | None, version: str = DEFAULT_VERSION
+    ) -> None:
         self.namesrv_addr = namesrv_addr
         self.proxy_addr = proxy_addr
         self.cluster = cluster
@@ -96,21 +97,28 @@ def own_cluster(config: ClusterConfig) -> Iterator[ClusterHandle]:
 
 def stored_offsets(rocketmq: ClusterHandle, topic: str, group: str) -> dict[tuple[str, int], int | None]:
     """The group's stored offset per (broker, queue), as the official client reads it (None: none)."""
-    return {(row["broker"], row["queueId"]): row["consumerOffset"]
-            for row in rocketmq.tool("offsets", "--topic", topic, "--group", group)}
+    return {
+        (row["broker"], row["queueId"]): row["consumerOffset"]
+        for row in rocketmq.tool("offsets", "--topic", topic, "--group", group)
+    }
 
 
 def max_offsets(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int], int]:
-    return {(row["broker"], row["queueId"]): row["maxOffset"]
-            for row in rocketmq.tool("offsets", "--topic", topic, "--group", "offsets-probe")}
+    return {
+        (row["broker"], row["queueId"]): row["maxOffset"]
+        for row in rocketmq.tool("offsets", "--topic", topic, "--group", "offsets-probe")
+    }
 
 
-def offsets_and_ends(rocketmq: ClusterHandle, topic: str,
-                     group: str) -> tuple[dict[tuple[str, int], int | None], dict[tuple[str, int], int]]:
+def offsets_and_ends(
+    rocketmq: ClusterHandle, topic: str, group: str
+) -> tuple[dict[tuple[str, int], int | None], dict[tuple[str, int], int]]:
     """``stored_offsets`` and ``max_offsets`` read together, in one run of the tool."""
     rows = rocketmq.tool("offsets", "--topic", topic, "--group", group)
-    return ({(row["broker"], row["queueId"]): row["consumerOffset"] for row in rows},
-            {(row["broker"], row["queueId"]): row["maxOffset"] for row in rows})
+    return (
+        {(row["broker"], row["queueId"]): row["consumerOffset"] for row in rows},
+        {(row["broker"], row["queueId"]): row["maxOffset"] for row in rows},
+    )
 
 
 def spark_offsets(nested: str | dict[str, Any], topic: str) -> dict[tuple[str, int], int]:
@@ -121,8 +129,9 @@ def spark_offsets(nested: str | dict[str, Any], topic: str) -> dict[tuple[str, i
     return {(broker, int(q)): offset for broker, queues in nested[topic].items() for q, offset in queues.items()}
 
 
-def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: str | Sequence[str] | None = None,
-                 *extra: str) -> None:
+def create_topic(
+    rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: str | Sequence[str] | None = None, *extra: str
+) -> None:
     """Create the topic with the official admin client, on the named brokers (default: every one)."""
     args = ["--topic", topic, "--queues", str(queues)]
     if brokers:
@@ -130,8 +139,9 @@ def create_topic(rocketmq: ClusterHandle, topic: str, queues: int = 4, brokers: 
     rocketmq.tool("create-topic", *args, *extra)
 
 
-def produce(rocketmq: ClusterHandle, topic: str, count: int, *args: str, broker: str | None = None,
-            queue: int | None = None) -> list[dict[str, Any]]:
+def produce(
+    rocketmq: ClusterHandle, topic: str, count: int, *args: str, broker: str | None = None, queue: int | None = None
+) -> list[dict[str, Any]]:
     """Send ``count`` messages with the official producer, to one queue when ``broker`` and
     ``queue`` are given; one dict per message sent (none with ``--quiet``)."""
     target = [] if broker is None else ["--broker", broker, "--queue", str(queue)]
@@ -141,14 +151,21 @@ def produce(rocketmq: ClusterHandle, topic: str, count: int, *args: str, broker:
 def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, queues: int, broker_name: str) -> None:
     """Create a topic with a plain UPDATE_AND_CREATE_TOPIC request, as admin tools send it."""
     fields = {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-        "perm": codes.PERM_READ | codes.PERM_WRITE, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-        "order": False, "bname": broker_name,
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": queues,
+        "writeQueueNums": queues,
+        "perm": codes.PERM_READ | codes.PERM_WRITE,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+        "bname": broker_name,
     }
     response = client.invoke(address, codes.RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
     if response.code != codes.ResponseCode.SUCCESS:
-        raise error_for_response(response.code, response.remark, request_code=codes.RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                 address=address)
+        raise error_for_response(
+            response.code, response.remark, request_code=codes.RequestCode.UPDATE_AND_CREATE_TOPIC, address=address
+        )
 
 
 def position(message: dict[str, Any]) -> tuple[str, int, int]:
@@ -158,15 +175,22 @@ def position(message: dict[str, Any]) -> tuple[str, int, int]:
 
 def store_times(rocketmq: ClusterHandle, topic: str, count: int) -> dict[tuple[str, int, int], int]:
     """Store time (epoch ms) of every message by ``position``, as the official consumer reads it."""
-    return {position(m): m["storeTimestamp"]
-            for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")}
+    return {
+        position(m): m["storeTimestamp"]
+        for m in rocketmq.tool("consume", "--topic", topic, "--count", str(count), "--print")
+    }
 
 
-def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, *, endpoint: str | None = None,
-           **options: str) -> Any:
+def stream(
+    spark: Any, rocketmq: ClusterHandle, topic: str, group: str, *, endpoint: str | None = None, **options: str
+) -> Any:
     """A stream of the topic; ``endpoint`` replaces the name server (a 5.x proxy's remoting port)."""
-    reader = (spark.readStream.format("rocketmq").option("nameServer", endpoint or rocketmq.namesrv_addr)
-              .option("topic", topic).option("consumerGroup", group))
+    reader = (
+        spark.readStream.format("rocketmq")
+        .option("nameServer", endpoint or rocketmq.namesrv_addr)
+        .option("topic", topic)
+        .option("consumerGroup", group)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -174,12 +198,17 @@ def stream(spark: Any, rocketmq: ClusterHandle, topic: str, group: str, *, endpo
 
 def run_available_now(df: Any, checkpoint: Path, on_batch: Callable[[Any, int], None] | None = None) -> Any:
     """Run a query with Trigger.AvailableNow into foreachBatch; return the finished query."""
+
     def sink(batch: Any, batch_id: int) -> None:
         if on_batch is not None:
             on_batch(batch, batch_id)
 
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(QUERY_TIMEOUT_S), "query did not finish"
     return query
 
@@ -190,11 +219,11 @@ def collect_available_now(df: Any, checkpoint: Path) -> list[Any]:
     return rows
 
 
-def batch_read(spark: Any, rocketmq: ClusterHandle, topic: str, *, endpoint: str | None = None,
-               **options: str) -> Any:
+def batch_read(spark: Any, rocketmq: ClusterHandle, topic: str, *, endpoint: str | None = None, **options: str) -> Any:
     """A batch read of the topic; ``endpoint`` replaces the name server as in ``stream``."""
-    reader = (spark.read.format("rocketmq").option("nameServer", endpoint or rocketmq.namesrv_addr)
-              .option("topic", topic))
+    reader = (
+        spark.read.format("rocketmq").option("nameServer", endpoint or rocketmq.namesrv_addr).option("topic", topic)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -227,8 +256,9 @@ def fail_stream(spark: Any, options: dict[str, str], checkpoint: Path) -> tuple[
         reader = reader.option(key, value)
     df = reader.load()
     began = time.monotonic()
-    query = (df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
     try:
         query.awaitTermination(QUERY_TIMEOUT_S)  # raises the query's error
     except Exception as error:  # noqa: BLE001 - Spark wraps the source's error in its own
@@ -252,8 +282,9 @@ def fail_batch(spark: Any, options: dict[str, str], schema: str | None = None) -
     raise AssertionError("the batch read did not fail")
 
 
-def fail_query(kind: str, spark: Any, options: dict[str, str], checkpoint: Path, overhead: Overhead,
-               label: str) -> tuple[float, str]:
+def fail_query(
+    kind: str, spark: Any, options: dict[str, str], checkpoint: Path, overhead: Overhead, label: str
+) -> tuple[float, str]:
     """Start a ``stream`` or plan a ``batch`` read that fails; print how long that took, and
     return how much longer than Spark alone, and the error."""
     if kind == "stream":
@@ -305,7 +336,7 @@ def consumer_connections(rocketmq: ClusterHandle, group: str) -> list[str]:
     if not starts:
         return []
     ids = []
-    for line in lines[starts[0] + 1:]:
+    for line in lines[starts[0] + 1 :]:
         if not line.strip():
             break
         ids.append(line.split()[0])
@@ -334,8 +365,9 @@ class PushConsumer:
 def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int) -> Iterator[PushConsumer]:
     """A push consumer of the topic in the group, registered with every broker of the topic when
     this yields; stopped on leaving the block if its time has not run out yet."""
-    cmd = tool_command(rocketmq.namesrv_addr, "push-consume", "--topic", topic, "--group", group,
-                       "--seconds", str(seconds))
+    cmd = tool_command(
+        rocketmq.namesrv_addr, "push-consume", "--topic", topic, "--group", group, "--seconds", str(seconds)
+    )
     consumer = PushConsumer(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     started = threading.Event()
 
@@ -361,14 +393,22 @@ def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int)
         reader.join(PUSH_START_TIMEOUT_S)
 
 
-def spark_job_with_source_log(job: str, options: dict[str, str], workdir: Path,
-                              *args: str) -> tuple[dict[str, Any], str]:
+def spark_job_with_source_log(
+    job: str, options: dict[str, str], workdir: Path, *args: str
+) -> tuple[dict[str, Any], str]:
     """Run ``integration/sparkjobs.py <job> --classic`` in a process of its own whose Python
     processes all log the source's lines to a file; its result line and that log."""
     env, log = logging_env(workdir)
     flags = [part for key, value in options.items() for part in ("-o", f"{key}={value}")]
-    run = subprocess.run([sys.executable, "-m", "integration.sparkjobs", job, "--classic", *flags, *args],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "integration.sparkjobs", job, "--classic", *flags, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     assert run.returncode == 0 and lines, run.stderr[-5000:]
     return json.loads(lines[-1]), log.read_text() if log.exists() else ""

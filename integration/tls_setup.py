@@ -26,8 +26,16 @@ from pathlib import Path
 
 from tests.certificates import CA_CERT, SERVER_CERT, SERVER_KEY, CertificateToolError, make_test_certificates
 
-__all__ = ["CA_CERT", "TLS_DIR", "TLS_MODES", "CertificateToolError", "client_properties", "make_server_certificates",
-           "proxy_settings", "server_properties"]
+__all__ = [
+    "CA_CERT",
+    "TLS_DIR",
+    "TLS_MODES",
+    "CertificateToolError",
+    "client_properties",
+    "make_server_certificates",
+    "proxy_settings",
+    "server_properties",
+]
 
 TLS_ENFORCING = "enforcing"
 TLS_PERMISSIVE = "permissive"
@@ -56,7 +64,8 @@ def server_properties(workdir: Path, mode: str) -> dict[str, str]:
         "tls.test.mode.enable=false\n"
         f"tls.server.certPath={directory / SERVER_CERT}\n"
         f"tls.server.keyPath={directory / SERVER_KEY}\n"
-        "tls.server.need.client.auth=none\n")
+        "tls.server.need.client.auth=none\n"
+    )
     props["tls.config.file"] = str(config)
     return props
 
@@ -70,5 +79,8 @@ def client_properties() -> dict[str, str]:
 def proxy_settings(workdir: Path) -> dict[str, object]:
     """What rmq-proxy.json needs for its gRPC port to serve the test CA's certificate."""
     directory = workdir / TLS_DIR
-    return {"tlsTestModeEnable": False, "tlsCertPath": str(directory / SERVER_CERT),
-            "tlsKeyPath": str(directory / SERVER_KEY)}
+    return {
+        "tlsTestModeEnable": False,
+        "tlsCertPath": str(directory / SERVER_CERT),
+        "tlsKeyPath": str(directory / SERVER_KEY),
+    }

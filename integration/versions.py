@@ -88,8 +88,14 @@ RELEASES = {
     # is made of are there, its name server, proxy, tools, client and parent pom are not. So its
     # brokers run 5.5.1's own jars on 5.5.0's classpath, beside 5.5.0's name server, proxy and
     # mqadmin (docs/running-rocketmq.md).
-    "5.5.1": Release("5.5.1", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2, base="5.5.0",
-                     modules=("broker", "store", "tiered-store", "remoting", "common", "controller")),
+    "5.5.1": Release(
+        "5.5.1",
+        has_proxy=True,
+        logback=LogbackStyle.JAR_RESOURCE,
+        acl=AclStyle.ACL2,
+        base="5.5.0",
+        modules=("broker", "store", "tiered-store", "remoting", "common", "controller"),
+    ),
 }
 
 
@@ -102,7 +108,8 @@ def release(version: str) -> Release:
         return RELEASES[version]
     except KeyError:
         raise UnknownVersionError(
-            f"RocketMQ {version} is not one the launcher starts; choose one of {', '.join(RELEASES)}") from None
+            f"RocketMQ {version} is not one the launcher starts; choose one of {', '.join(RELEASES)}"
+        ) from None
 
 
 def selected_version() -> str:

@@ -9,14 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue, parse_tag_expression
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
 from rocketmq_spark.remoting.errors import RequestTimeoutError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID, BrokerData, TopicRoute
-from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.records import inner_message, properties_block, record

@@ -53,12 +53,18 @@ SETTINGS: dict[str, tuple[str, str | None, str]] = {
     "name_server": ("namesrv-1.example.internal:9876", "127.0.0.1:9876", "name servers, host:port;host:port"),
     "topic": ("orders", "orders", "topic to read (several: comma-separated)"),
     "consumer_group": ("orders-to-delta", "orders-to-delta", "group whose offsets the stream stores"),
-    "start_from": ("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
-                   "consumeFromWhere, for queues where the group has no stored offset"),
+    "start_from": (
+        "CONSUME_FROM_FIRST_OFFSET",
+        "CONSUME_FROM_FIRST_OFFSET",
+        "consumeFromWhere, for queues where the group has no stored offset",
+    ),
     "max_per_trigger": ("100000", "100000", "maxMessagesPerTrigger"),
     "trigger": (AVAILABLE_NOW, AVAILABLE_NOW, f"{AVAILABLE_NOW}, or an interval such as '1 minute'"),
-    "checkpoint": ("s3://my-bucket/checkpoints/rocketmq/orders", "rocketmq-notebook/checkpoint",
-                   "the query's checkpoint directory"),
+    "checkpoint": (
+        "s3://my-bucket/checkpoints/rocketmq/orders",
+        "rocketmq-notebook/checkpoint",
+        "the query's checkpoint directory",
+    ),
     "output": ("s3://my-bucket/tables/rocketmq/orders", "rocketmq-notebook/orders", "where the rows go"),
     "sink_format": ("delta", "parquet", "delta or parquet"),
     "secret_scope": ("", None, "secret scope holding access-key and secret-key; empty: no ACL"),
@@ -72,17 +78,25 @@ def read_settings() -> dict[str, str]:
         for name, (default, _, label) in SETTINGS.items():
             dbutils.widgets.text(name, default, label)  # noqa: F821 - a Databricks notebook global
         return {name: dbutils.widgets.get(name) for name in SETTINGS}  # noqa: F821
-    parser = argparse.ArgumentParser(description="RocketMQ into parquet or Delta over Spark Connect",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--remote", default=os.environ.get("SPARK_REMOTE", LOCAL_CONNECT),
-                        help="Spark Connect URL ($SPARK_REMOTE if set)")
+    parser = argparse.ArgumentParser(
+        description="RocketMQ into parquet or Delta over Spark Connect",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--remote",
+        default=os.environ.get("SPARK_REMOTE", LOCAL_CONNECT),
+        help="Spark Connect URL ($SPARK_REMOTE if set)",
+    )
     for name, (_, default, label) in SETTINGS.items():
         if default is not None:
-            parser.add_argument(f"--{name.replace('_', '-')}", help=label,
-                                default=os.environ.get(f"ROCKETMQ_{name.upper()}", default))
-    parser.add_argument("--until-caught-up", action="store_true",
-                        help="with an interval trigger, stop once what the queues held is read, "
-                             "instead of running until interrupted")
+            parser.add_argument(
+                f"--{name.replace('_', '-')}", help=label, default=os.environ.get(f"ROCKETMQ_{name.upper()}", default)
+            )
+    parser.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="with an interval trigger, stop once what the queues held is read, instead of running until interrupted",
+    )
     return vars(parser.parse_args())
 
 
@@ -92,10 +106,13 @@ def credentials(settings: dict[str, str]) -> dict[str, str]:
         scope = settings["secret_scope"]
         if not scope:
             return {}
-        return {option: dbutils.secrets.get(scope=scope, key=name)  # noqa: F821
-                for option, name in KEY_NAMES.items()}
-    keys = {option: os.environ.get(f"ROCKETMQ_{name.replace('-', '_').upper()}", "")
-            for option, name in KEY_NAMES.items()}
+        return {
+            option: dbutils.secrets.get(scope=scope, key=name)  # noqa: F821
+            for option, name in KEY_NAMES.items()
+        }
+    keys = {
+        option: os.environ.get(f"ROCKETMQ_{name.replace('-', '_').upper()}", "") for option, name in KEY_NAMES.items()
+    }
     if any(keys.values()) and not all(keys.values()):
         raise SystemExit("set both ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY, or neither")
     return keys if all(keys.values()) else {}
@@ -122,17 +139,30 @@ spark.dataSource.register(RocketMQDataSource)
 
 # COMMAND ----------
 
-orders = (spark.readStream.format("rocketmq")
-          .option("nameServer", settings["name_server"])
-          .option("topic", settings["topic"])
-          .option("consumerGroup", settings["consumer_group"])
-          .option("consumeFromWhere", settings["start_from"])
-          .option("maxMessagesPerTrigger", settings["max_per_trigger"])
-          .options(**credentials(settings))
-          .load())
+orders = (
+    spark.readStream.format("rocketmq")
+    .option("nameServer", settings["name_server"])
+    .option("topic", settings["topic"])
+    .option("consumerGroup", settings["consumer_group"])
+    .option("consumeFromWhere", settings["start_from"])
+    .option("maxMessagesPerTrigger", settings["max_per_trigger"])
+    .options(**credentials(settings))
+    .load()
+)
 
-rows = orders.selectExpr("topic", "brokerName", "queueId", "queueOffset", "msgId", "tags", "keys",
-                         "CAST(body AS STRING) AS body", "properties", "bornTimestamp", "storeTimestamp")
+rows = orders.selectExpr(
+    "topic",
+    "brokerName",
+    "queueId",
+    "queueOffset",
+    "msgId",
+    "tags",
+    "keys",
+    "CAST(body AS STRING) AS body",
+    "properties",
+    "bornTimestamp",
+    "storeTimestamp",
+)
 
 # COMMAND ----------
 
@@ -147,8 +177,7 @@ rows = orders.selectExpr("topic", "brokerName", "queueId", "queueOffset", "msgId
 
 # COMMAND ----------
 
-writer = (rows.writeStream.format(settings["sink_format"])
-          .option("checkpointLocation", settings["checkpoint"]))
+writer = rows.writeStream.format(settings["sink_format"]).option("checkpointLocation", settings["checkpoint"])
 if settings["trigger"] == AVAILABLE_NOW:
     writer = writer.trigger(availableNow=True)
 else:
@@ -192,9 +221,12 @@ def lag_per_queue(progress: Any) -> dict[str, int]:
     # From the report's JSON: its own fields are Python's notation, not JSON, on PySpark 4.0/4.1.
     source = json.loads(progress.json)["sources"][0]
     end, latest = offsets(source["endOffset"]), offsets(source["latestOffset"])
-    return {f"{topic}/{broker}/{queue}": max(0, offset - end.get(topic, {}).get(broker, {}).get(queue, 0))
-            for topic, brokers in latest.items() for broker, queues in brokers.items()
-            for queue, offset in queues.items()}
+    return {
+        f"{topic}/{broker}/{queue}": max(0, offset - end.get(topic, {}).get(broker, {}).get(queue, 0))
+        for topic, brokers in latest.items()
+        for broker, queues in brokers.items()
+        for queue, offset in queues.items()
+    }
 
 
 progress = query.lastProgress

@@ -50,8 +50,14 @@ REGIONS = ("north", "south", "east", "west")
 def produce(client: DemoClient, queues: list[Queue], topic: str, count: int, wave: int) -> None:
     """``count`` orders, spread over the queues; the tags go round, so every third order is paid."""
     for i in range(count):
-        client.send(queues[i % len(queues)], topic, ORDER_BODY.format(i=i).encode(), TAGS[i % len(TAGS)],
-                    f"order-{wave}-{i}", {"wave": str(wave)})
+        client.send(
+            queues[i % len(queues)],
+            topic,
+            ORDER_BODY.format(i=i).encode(),
+            TAGS[i % len(TAGS)],
+            f"order-{wave}-{i}",
+            {"wave": str(wave)},
+        )
 
 
 def expected_paid() -> int:
@@ -63,9 +69,14 @@ def local_session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master("local[2]").appName("rocketmq-demo")
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketmq-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
 
 
 def run(name_server: str, work: Path, topic: str, group: str) -> int:
@@ -75,25 +86,37 @@ def run(name_server: str, work: Path, topic: str, group: str) -> int:
     client = DemoClient(name_server)
     try:
         queues = client.create_topic(topic, QUEUES_PER_BROKER)
-        print(f"topic {topic} on {', '.join(client.masters)}; producing {FIRST_WAVE} orders tagged "
-              f"{','.join(TAGS)} ...", flush=True)
+        print(
+            f"topic {topic} on {', '.join(client.masters)}; producing {FIRST_WAVE} orders tagged {','.join(TAGS)} ...",
+            flush=True,
+        )
         produce(client, queues, topic, FIRST_WAVE, 1)
 
         spark = local_session()
         spark.sparkContext.setLogLevel("ERROR")
-        orders = (spark.readStream.format("rocketmq")
-                  .option("nameServer", name_server)
-                  .option("topic", topic)
-                  .option("consumerGroup", group)
-                  .option("subExpression", PAID)
-                  .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
-                  .option("maxMessagesPerTrigger", "2000")
-                  .load())
-        paid = (orders
-                .select(F.get_json_object(F.col("body").cast("string"), "$.orderId").cast("int").alias("orderId"),
-                        "keys", "tags", "brokerName", "queueId", "queueOffset", "storeTimestamp")
-                .withColumn("region", F.element_at(F.array(*map(F.lit, REGIONS)), F.col("orderId") % 4 + 1))
-                .withColumn("amount", (F.col("orderId") * 37 % 500) / 10))
+        orders = (
+            spark.readStream.format("rocketmq")
+            .option("nameServer", name_server)
+            .option("topic", topic)
+            .option("consumerGroup", group)
+            .option("subExpression", PAID)
+            .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
+            .option("maxMessagesPerTrigger", "2000")
+            .load()
+        )
+        paid = (
+            orders.select(
+                F.get_json_object(F.col("body").cast("string"), "$.orderId").cast("int").alias("orderId"),
+                "keys",
+                "tags",
+                "brokerName",
+                "queueId",
+                "queueOffset",
+                "storeTimestamp",
+            )
+            .withColumn("region", F.element_at(F.array(*map(F.lit, REGIONS)), F.col("orderId") % 4 + 1))
+            .withColumn("amount", (F.col("orderId") * 37 % 500) / 10)
+        )
         totals: dict[str, float] = {}
         written = [0]
 
@@ -103,11 +126,18 @@ def run(name_server: str, work: Path, topic: str, group: str) -> int:
             for row in batch.groupBy("region").agg(F.sum("amount").alias("revenue")).collect():
                 totals[row.region] = totals.get(row.region, 0.0) + row.revenue
             written[0] += rows
-            print(f"batch {batch_id}: {rows} paid orders; revenue so far "
-                  + ", ".join(f"{region}={totals[region]:.1f}" for region in sorted(totals)), flush=True)
+            print(
+                f"batch {batch_id}: {rows} paid orders; revenue so far "
+                + ", ".join(f"{region}={totals[region]:.1f}" for region in sorted(totals)),
+                flush=True,
+            )
 
-        query = (paid.writeStream.foreachBatch(write_batch).trigger(processingTime=TRIGGER)
-                 .option("checkpointLocation", str(work / "checkpoint")).start())
+        query = (
+            paid.writeStream.foreachBatch(write_batch)
+            .trigger(processingTime=TRIGGER)
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .start()
+        )
         expected = expected_paid()
         try:
             time.sleep(SECOND_WAVE_AFTER_S)
@@ -137,10 +167,17 @@ def run(name_server: str, work: Path, topic: str, group: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name-server", default=os.environ.get(NAME_SERVER_ENV, DEFAULT_NAME_SERVER),
-                        help=f"host:port[;host:port], default ${NAME_SERVER_ENV} or {DEFAULT_NAME_SERVER}")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where the sink and checkpoint go (kept); default a temporary directory (removed)")
+    parser.add_argument(
+        "--name-server",
+        default=os.environ.get(NAME_SERVER_ENV, DEFAULT_NAME_SERVER),
+        help=f"host:port[;host:port], default ${NAME_SERVER_ENV} or {DEFAULT_NAME_SERVER}",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the sink and checkpoint go (kept); default a temporary directory (removed)",
+    )
     args = parser.parse_args()
     run_id = uuid.uuid4().hex[:8]  # a topic and a group of its own, so that every run starts afresh
     work = args.workdir or Path(tempfile.mkdtemp(prefix="rocketmq-demo-"))

@@ -64,19 +64,25 @@ class Connection:
     def request(self, code: int, fields: Mapping[str, object], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Send a request; the response header and body, or DemoClientError for a failure code."""
         self.opaque += 1
-        header = json.dumps({
-            "code": code, "language": "PYTHON", "version": PROTOCOL_VERSION, "opaque": self.opaque, "flag": 0,
-            "extFields": {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in fields.items()},
-            "serializeTypeCurrentRPC": "JSON",
-        }).encode()
+        header = json.dumps(
+            {
+                "code": code,
+                "language": "PYTHON",
+                "version": PROTOCOL_VERSION,
+                "opaque": self.opaque,
+                "flag": 0,
+                "extFields": {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in fields.items()},
+                "serializeTypeCurrentRPC": "JSON",
+            }
+        ).encode()
         payload = FRAME_LENGTH.pack(len(header)) + header + body
         self.sock.sendall(FRAME_LENGTH.pack(len(payload)) + payload)
         frame = self._read(FRAME_LENGTH.unpack(self._read(FRAME_LENGTH.size))[0])
         header_length = FRAME_LENGTH.unpack(frame[:4])[0] & 0xFFFFFF  # the top byte is the format
-        answer: dict[str, Any] = json.loads(frame[4:4 + header_length])
+        answer: dict[str, Any] = json.loads(frame[4 : 4 + header_length])
         if answer["code"] not in (SUCCESS, QUERY_NOT_FOUND):
             raise DemoClientError(f"request {code} refused ({answer['code']}): {answer.get('remark')}")
-        return answer, frame[4 + header_length:]
+        return answer, frame[4 + header_length :]
 
     def _read(self, size: int) -> bytes:
         data = bytearray()
@@ -102,8 +108,11 @@ class DemoClient:
         finally:
             lookup.close()
         table = json.loads(BARE_INT_KEY.sub(r'\1"\2":', body.decode()))["brokerAddrTable"]
-        self.masters = {name: data["brokerAddrs"][MASTER_ID] for name, data in sorted(table.items())
-                        if MASTER_ID in data["brokerAddrs"]}
+        self.masters = {
+            name: data["brokerAddrs"][MASTER_ID]
+            for name, data in sorted(table.items())
+            if MASTER_ID in data["brokerAddrs"]
+        }
         if not self.masters:
             raise DemoClientError(f"the name server {name_server} knows no broker")
         self.connections = {address: Connection(address) for address in self.masters.values()}
@@ -111,29 +120,54 @@ class DemoClient:
     def create_topic(self, topic: str, queues_per_broker: int) -> list[Queue]:
         """The topic on every broker, as ``mqadmin updateTopic -c`` creates it; its queues."""
         for name, address in self.masters.items():
-            self.connections[address].request(UPDATE_AND_CREATE_TOPIC, {
-                "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": queues_per_broker,
-                "writeQueueNums": queues_per_broker, "perm": READ_WRITE_PERM, "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0, "order": False, "bname": name})
+            self.connections[address].request(
+                UPDATE_AND_CREATE_TOPIC,
+                {
+                    "topic": topic,
+                    "defaultTopic": DEFAULT_TOPIC,
+                    "readQueueNums": queues_per_broker,
+                    "writeQueueNums": queues_per_broker,
+                    "perm": READ_WRITE_PERM,
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": 0,
+                    "order": False,
+                    "bname": name,
+                },
+            )
         return [Queue(name, address, q) for name, address in self.masters.items() for q in range(queues_per_broker)]
 
-    def send(self, queue: Queue, topic: str, body: bytes, tags: str, keys: str,
-             properties: Mapping[str, str] | None = None) -> None:
+    def send(
+        self, queue: Queue, topic: str, body: bytes, tags: str, keys: str, properties: Mapping[str, str] | None = None
+    ) -> None:
         """One message into one queue, stored before this returns."""
         props = {"TAGS": tags, "KEYS": keys, "WAIT": "true", **(properties or {})}
         encoded = "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
-        self.connections[queue.address].request(SEND_MESSAGE, {
-            "producerGroup": "rocketmq-spark-demo", "topic": topic, "defaultTopic": DEFAULT_TOPIC,
-            "defaultTopicQueueNums": 4, "queueId": queue.queue_id, "sysFlag": 0,
-            "bornTimestamp": int(time.time() * 1000), "flag": 0, "properties": encoded, "reconsumeTimes": 0,
-            "unitMode": False, "batch": False}, body)
+        self.connections[queue.address].request(
+            SEND_MESSAGE,
+            {
+                "producerGroup": "rocketmq-spark-demo",
+                "topic": topic,
+                "defaultTopic": DEFAULT_TOPIC,
+                "defaultTopicQueueNums": 4,
+                "queueId": queue.queue_id,
+                "sysFlag": 0,
+                "bornTimestamp": int(time.time() * 1000),
+                "flag": 0,
+                "properties": encoded,
+                "reconsumeTimes": 0,
+                "unitMode": False,
+                "batch": False,
+            },
+            body,
+        )
 
     def offsets(self, queues: Sequence[Queue], topic: str, group: str) -> Iterator[tuple[Queue, int | None, int]]:
         """Per queue: the group's stored offset (None: none stored) and the queue's max offset."""
         for queue in queues:
             connection = self.connections[queue.address]
-            stored, _ = connection.request(QUERY_CONSUMER_OFFSET,
-                                           {"consumerGroup": group, "topic": topic, "queueId": queue.queue_id})
+            stored, _ = connection.request(
+                QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue.queue_id}
+            )
             high, _ = connection.request(GET_MAX_OFFSET, {"topic": topic, "queueId": queue.queue_id})
             fields = stored.get("extFields") or {}
             committed = int(fields["offset"]) if stored["code"] == SUCCESS and "offset" in fields else None

@@ -32,15 +32,17 @@ def main() -> None:
     args = parser.parse_args()
 
     spark = SparkSession.builder.appName(f"rocketmq-stream-{args.topic}").getOrCreate()
-    messages = (spark.readStream.format("rocketmq")
-                .option("nameServer", args.name_server)
-                .option("topic", args.topic)
-                .option("consumerGroup", args.group)
-                .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")  # a new group reads what is there
-                .load())
-    writer = (messages.writeStream.format("parquet")
-              .option("path", args.out)
-              .option("checkpointLocation", args.checkpoint))
+    messages = (
+        spark.readStream.format("rocketmq")
+        .option("nameServer", args.name_server)
+        .option("topic", args.topic)
+        .option("consumerGroup", args.group)
+        .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")  # a new group reads what is there
+        .load()
+    )
+    writer = (
+        messages.writeStream.format("parquet").option("path", args.out).option("checkpointLocation", args.checkpoint)
+    )
     writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime=args.trigger)
     query = writer.start()
     query.awaitTermination()

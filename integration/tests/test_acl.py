@@ -84,8 +84,23 @@ def acl(acl_cluster: Cluster) -> AclCluster:
     """conftest's cluster with authentication on, and the module's topic on it."""
     topic = f"it-acl-topic-{uuid.uuid4().hex[:8]}"
     signed_tool(acl_cluster, "create-topic", "--topic", topic, "--queues", str(QUEUES))
-    sent = signed_tool(acl_cluster, "produce", "--topic", topic, "--count", str(MESSAGES), "--broker", BROKER_A,
-                       "--queue", "0", "--tags", "TagA", "--keys", "acl-{i}", "--print-body")
+    sent = signed_tool(
+        acl_cluster,
+        "produce",
+        "--topic",
+        topic,
+        "--count",
+        str(MESSAGES),
+        "--broker",
+        BROKER_A,
+        "--queue",
+        "0",
+        "--tags",
+        "TagA",
+        "--keys",
+        "acl-{i}",
+        "--print-body",
+    )
     assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
     return AclCluster(acl_cluster, topic, sent)
 
@@ -95,8 +110,10 @@ def test_the_broker_really_enforces_authentication(acl: AclCluster) -> None:
     with pytest.raises(ClusterError) as caught:
         acl.cluster.tool("produce", "--topic", acl.topic, "--count", "1")
     assert NO_USER_NAME in str(caught.value)
-    assert all(row["maxOffset"] == (MESSAGES if row["queueId"] == 0 else 0)
-               for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", "it-acl-probe"))
+    assert all(
+        row["maxOffset"] == (MESSAGES if row["queueId"] == 0 else 0)
+        for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", "it-acl-probe")
+    )
 
 
 def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: Callable[[str], str]) -> None:
@@ -125,8 +142,10 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
         assert client.search_offset(address, acl.queue, last + ONE_HOUR_MS, Boundary.LOWER) == MESSAGES
         assert client.earliest_store_time(address, acl.queue) == first
 
-    official = {row["queueId"]: row["consumerOffset"]
-                for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", group)}
+    official = {
+        row["queueId"]: row["consumerOffset"]
+        for row in acl.signed_tool("offsets", "--topic", acl.topic, "--group", group)
+    }
     assert official == {0: COMMITTED, 1: None}
 
 
@@ -146,8 +165,9 @@ BROKER_CALLS: dict[str, Callable[[RocketMQClient, str, MessageQueue], object]] =
     [
         pytest.param(WRONG_SECRET, SIGNATURE_FAILED, id="wrong-secret"),
         # The broker names the user ("User:nobody is not found."); the client hides the key.
-        pytest.param(Credentials(UNKNOWN_USER, ACL_PASSWORD), f"User:{HIDDEN_ACCESS_KEY} is not found.",
-                     id="unknown-user"),
+        pytest.param(
+            Credentials(UNKNOWN_USER, ACL_PASSWORD), f"User:{HIDDEN_ACCESS_KEY} is not found.", id="unknown-user"
+        ),
         pytest.param(None, NO_USER_NAME, id="no-credentials"),
     ],
 )
@@ -175,8 +195,9 @@ def spark_user(acl: AclCluster) -> Credentials:
     user = Credentials(f"spark-{uuid.uuid4().hex[:8]}", f"sk-{uuid.uuid4().hex}")
     info = {"username": user.access_key, "password": user.secret_key, "userType": "Normal", "userStatus": "enable"}
     with acl.client(GOOD) as client:
-        response = client.invoke(acl.broker_addr, AUTH_CREATE_USER, {"username": user.access_key},
-                                 json.dumps(info).encode())
+        response = client.invoke(
+            acl.broker_addr, AUTH_CREATE_USER, {"username": user.access_key}, json.dumps(info).encode()
+        )
     assert response.code == codes.ResponseCode.SUCCESS, response.remark
     with acl.client(user) as client:
         assert client.max_offset(acl.broker_addr, acl.queue) == MESSAGES
@@ -184,32 +205,64 @@ def spark_user(acl: AclCluster) -> Credentials:
 
 
 @pytest.mark.parametrize("kind", ["stream", "batch"])
-def test_a_wrong_secret_fails_a_query_at_once(acl: AclCluster, spark: Any, overhead: Overhead, kind: str,
-                                              unique: Callable[[str], str], tmp_path: Path) -> None:
-    options = {"nameServer": acl.cluster.namesrv_addr, "topic": acl.topic, "consumerGroup": unique("it-acl-wrong"),
-               "accessKey": WRONG_SECRET.access_key, "secretKey": WRONG_SECRET.secret_key,
-               "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS)}
+def test_a_wrong_secret_fails_a_query_at_once(
+    acl: AclCluster, spark: Any, overhead: Overhead, kind: str, unique: Callable[[str], str], tmp_path: Path
+) -> None:
+    options = {
+        "nameServer": acl.cluster.namesrv_addr,
+        "topic": acl.topic,
+        "consumerGroup": unique("it-acl-wrong"),
+        "accessKey": WRONG_SECRET.access_key,
+        "secretKey": WRONG_SECRET.secret_key,
+        "pullTimeoutMs": str(FAIL_FAST_TIMEOUT_MS),
+    }
     extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "wrong secret")
     assert f"from {acl.broker_addr}: {SIGNATURE_FAILED}" in error, error
     assert WRONG_SECRET.secret_key not in error
     assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
 
 
-def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_user: Credentials,
-                                                         unique: Callable[[str], str], tmp_path: Path) -> None:
+def test_credentials_show_nowhere_in_what_a_query_prints(
+    acl: AclCluster, spark_user: Credentials, unique: Callable[[str], str], tmp_path: Path
+) -> None:
     """Plans, progress reports, errors and every log line of a whole Spark application that reads
     with the credentials, then with a wrong secret; see integration/credentials_run.py."""
     env, source_log = logging_env(tmp_path)
     wrong_secret = f"sk-{uuid.uuid4().hex}"
     run = subprocess.run(
-        [sys.executable, "-m", "integration.credentials_run", "--name-server", acl.cluster.namesrv_addr,
-         "--topic", acl.topic, "--group", unique("it-acl-spark"), "--access-key", spark_user.access_key,
-         "--secret-key", spark_user.secret_key, "--wrong-secret", wrong_secret,
-         "--checkpoints", str(tmp_path / "checkpoints")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+        [
+            sys.executable,
+            "-m",
+            "integration.credentials_run",
+            "--name-server",
+            acl.cluster.namesrv_addr,
+            "--topic",
+            acl.topic,
+            "--group",
+            unique("it-acl-spark"),
+            "--access-key",
+            spark_user.access_key,
+            "--secret-key",
+            spark_user.secret_key,
+            "--wrong-secret",
+            wrong_secret,
+            "--checkpoints",
+            str(tmp_path / "checkpoints"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-5000:]
-    results = {r["kind"]: r for r in (json.loads(line.removeprefix("RESULT "))
-                                       for line in run.stdout.splitlines() if line.startswith("RESULT "))}
+    results = {
+        r["kind"]: r
+        for r in (
+            json.loads(line.removeprefix("RESULT ")) for line in run.stdout.splitlines() if line.startswith("RESULT ")
+        )
+    }
     logged = source_log.read_text()
 
     # What the search below searches really holds the run: rows read, plans, progress, the
@@ -224,11 +277,14 @@ def test_credentials_show_nowhere_in_what_a_query_prints(acl: AclCluster, spark_
     assert "no stored offset for group" in logged
 
     everything = "\n".join([run.stdout, run.stderr, logged])
-    for label, value in (("secret key", spark_user.secret_key), ("wrong secret key", wrong_secret),
-                         ("access key", spark_user.access_key)):
+    for label, value in (
+        ("secret key", spark_user.secret_key),
+        ("wrong secret key", wrong_secret),
+        ("access key", spark_user.access_key),
+    ):
         assert value not in everything, f"the {label} shows: " + _around(everything, value)
 
 
 def _around(text: str, value: str, context: int = 300) -> str:
     at = text.index(value)
-    return text[max(0, at - context):at + len(value) + context]
+    return text[max(0, at - context) : at + len(value) + context]

@@ -19,8 +19,13 @@ def _start_stream(spark: Any, options: dict[str, str], checkpoint: Path) -> None
     reader = spark.readStream.format("rocketmq")
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (reader.load().writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        reader.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination(120)
         error = query.exception()
@@ -37,8 +42,9 @@ def _batch(spark: Any, options: dict[str, str]) -> None:
     reader.load().count()
 
 
-def test_each_rule_gives_its_error(spark: Any, rocketmq: ClusterHandle, unique: Callable[[str], str],
-                                   tmp_path: Path) -> None:
+def test_each_rule_gives_its_error(
+    spark: Any, rocketmq: ClusterHandle, unique: Callable[[str], str], tmp_path: Path
+) -> None:
     topic = unique("bad")
     create_topic(rocketmq, topic, queues=2)
     base = {"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": unique("bad-group")}
@@ -48,16 +54,22 @@ def test_each_rule_gives_its_error(spark: Any, rocketmq: ClusterHandle, unique: 
         ({k: v for k, v in base.items() if k != "nameServer"}, "option 'nameServer': is required"),
         ({**base, "consumeFromWhere": "FROM_START"}, "option 'consumeFromWhere': unknown value 'FROM_START'"),
         ({**base, "startingOffsets": '{"x": '}, "option 'startingOffsets': malformed offsets"),
-        ({**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"7": 0}}}}}}'},
-         f"option 'startingOffsets': names queues that do not exist: {topic}/broker-a/7"),
-        ({**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 0}}}}}}', "startingTimestamp": "1"},
-         "option 'startingTimestamp': cannot be combined with JSON startingOffsets"),
+        (
+            {**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"7": 0}}}}}}'},
+            f"option 'startingOffsets': names queues that do not exist: {topic}/broker-a/7",
+        ),
+        (
+            {**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 0}}}}}}', "startingTimestamp": "1"},
+            "option 'startingTimestamp': cannot be combined with JSON startingOffsets",
+        ),
         ({**base, "endingOffsets": "latest"}, "option 'endingOffsets': applies to batch reads only"),
         ({**base, "endingTimestamp": "1"}, "option 'endingTimestamp': applies to batch reads only"),
         ({**base, "topic": unique("missing")}, "does not exist on"),
-        ({**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 5}}}}}}'},
-         f"option 'startingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
-         "the queue's end (max 0)"),
+        (
+            {**base, "startingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 5}}}}}}'},
+            f"option 'startingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
+            "the queue's end (max 0)",
+        ),
     ]
     for index, (options, message) in enumerate(stream_cases):
         with pytest.raises(Exception, match=re.escape(message)) as caught:
@@ -65,8 +77,10 @@ def test_each_rule_gives_its_error(spark: Any, rocketmq: ClusterHandle, unique: 
         assert "UnboundLocalError" not in str(caught.value)  # PySpark's own error does not bury ours
     with pytest.raises(Exception, match=r"option 'endingOffsets': names queues that do not exist"):
         _batch(spark, {**base, "endingOffsets": f'{{"{topic}": {{"broker-z": {{"0": 1}}}}}}'})
-    past_end = (f"option 'endingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
-                "the queue's end (max 0)")
+    past_end = (
+        f"option 'endingOffsets': names offsets past the end of their queues: {topic}/broker-a/0: 5 is beyond "
+        "the queue's end (max 0)"
+    )
     with pytest.raises(Exception, match=re.escape(past_end)):
         _batch(spark, {**base, "endingOffsets": f'{{"{topic}": {{"broker-a": {{"0": 5}}}}}}'})
     with pytest.raises(Exception, match="option 'expressionType': unknown value 'XPATH'. Use one of: TAG, SQL92"):

@@ -14,8 +14,18 @@ import pytest
 
 from integration.constants import POLL_S, QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.support import (
-    ClusterHandle, batch_read, collect_available_now, create_topic, offsets_and_ends, position, produce,
-    run_available_now, store_times, stored_offsets, stream, wait_rows,
+    ClusterHandle,
+    batch_read,
+    collect_available_now,
+    create_topic,
+    offsets_and_ends,
+    position,
+    produce,
+    run_available_now,
+    store_times,
+    stored_offsets,
+    stream,
+    wait_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -27,7 +37,8 @@ Unique = Callable[[str], str]
 
 
 def test_backfill_of_a_time_window_returns_exactly_that_wave(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique
+) -> None:
     topic, group = unique("waves"), unique("waves-group")
     create_topic(rocketmq, topic, queues=2)
     waves: list[list[dict[str, Any]]] = []
@@ -40,8 +51,9 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
     end = min(times[position(m)] for m in waves[2])
     assert max(times[position(m)] for m in waves[0]) < start
 
-    rows = batch_read(spark, rocketmq, topic, consumerGroup=group, startingTimestamp=str(start),
-                      endingTimestamp=str(end)).collect()
+    rows = batch_read(
+        spark, rocketmq, topic, consumerGroup=group, startingTimestamp=str(start), endingTimestamp=str(end)
+    ).collect()
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in waves[1])
     # A batch read never stores offsets, even with a group.
     assert set(stored_offsets(rocketmq, topic, group).values()) == {None}
@@ -49,9 +61,11 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
     # The same window as JSON offsets, queue by queue.
     first = {(m["broker"], m["queueId"]): m["queueOffset"] for m in reversed(waves[1])}
     after = {(m["broker"], m["queueId"]): m["queueOffset"] for m in reversed(waves[2])}
+
     def as_json(offsets: dict[tuple[str, int], int]) -> str:
-        return json.dumps({topic: {b: {str(q): o for (bb, q), o in offsets.items() if bb == b}
-                                   for b in {b for b, _ in offsets}}})
+        return json.dumps(
+            {topic: {b: {str(q): o for (bb, q), o in offsets.items() if bb == b} for b in {b for b, _ in offsets}}}
+        )
 
     rows = batch_read(spark, rocketmq, topic, startingOffsets=as_json(first), endingOffsets=as_json(after)).collect()
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in waves[1])
@@ -61,7 +75,8 @@ def test_backfill_of_a_time_window_returns_exactly_that_wave(
 
 
 def test_available_now_reads_what_existed_in_limited_batches(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("avail"), unique("avail-group")
     create_topic(rocketmq, topic, queues=2)
     # Uneven backlog: 300 on one queue, 100 on another, none elsewhere.
@@ -70,13 +85,15 @@ def test_available_now_reads_what_existed_in_limited_batches(
     per_batch: dict[int, Counter[tuple[str, int]]] = {}
 
     def on_batch(batch: Any, batch_id: int) -> None:
-        per_batch[batch_id] = Counter((r.brokerName, r.queueId) for r in batch.select("brokerName", "queueId")
-                                      .collect())
+        per_batch[batch_id] = Counter(
+            (r.brokerName, r.queueId) for r in batch.select("brokerName", "queueId").collect()
+        )
         if batch_id == 0:  # arrives after the run started: left for the next run
             produce(rocketmq, topic, 20, "--keys", "late-{i}")
 
-    df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                maxMessagesPerTrigger="100")
+    df = stream(
+        spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", maxMessagesPerTrigger="100"
+    )
     run_available_now(df, tmp_path / "checkpoint", on_batch)
     assert len(per_batch) == 4
     assert all(sum(c.values()) == 100 for c in per_batch.values()), "maxMessagesPerTrigger exceeded or unused"
@@ -84,24 +101,37 @@ def test_available_now_reads_what_existed_in_limited_batches(
     assert per_batch[0] == Counter({("broker-a", 0): 75, ("broker-b", 1): 25})
     assert sum(sum(c.values()) for c in per_batch.values()) == 400
 
-    later = collect_available_now(stream(spark, rocketmq, topic, group, maxMessagesPerTrigger="100"),
-                                  tmp_path / "checkpoint")
+    later = collect_available_now(
+        stream(spark, rocketmq, topic, group, maxMessagesPerTrigger="100"), tmp_path / "checkpoint"
+    )
     assert sorted(r.keys for r in later) == sorted(f"late-{i}" for i in range(20))
     stored, ends = offsets_and_ends(rocketmq, topic, group)
     assert stored == ends
 
 
 def test_min_messages_waits_for_max_trigger_delay(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("minmsg"), unique("minmsg-group")
     create_topic(rocketmq, topic, queues=1)
     produce(rocketmq, topic, 50)
     delay_s = 8
-    df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                minMessagesPerTrigger="1000", maxTriggerDelay=f"{delay_s}s")
+    df = stream(
+        spark,
+        rocketmq,
+        topic,
+        group,
+        consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
+        minMessagesPerTrigger="1000",
+        maxTriggerDelay=f"{delay_s}s",
+    )
     started = time.time()
-    query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c"))
-             .trigger(processingTime="1 second").start())
+    query = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
     try:
         deadline = time.monotonic() + 120
         fired = None
@@ -128,8 +158,11 @@ def test_splitting_keeps_order_and_loses_nothing(spark: Any, rocketmq: ClusterHa
     topic = unique("split")
     create_topic(rocketmq, topic, queues=2)
     sent = produce(rocketmq, topic, 400, "--tags", "Keep,Drop", "--keys", "k-{i}", "--batch", "25")
-    for options in ({"minPartitions": "16"}, {"maxMessagesPerPartition": "7"},
-                    {"minPartitions": "40", "maxMessagesPerPartition": "30", "subExpression": "Keep"}):
+    for options in (
+        {"minPartitions": "16"},
+        {"maxMessagesPerPartition": "7"},
+        {"minPartitions": "40", "maxMessagesPerPartition": "30", "subExpression": "Keep"},
+    ):
         df = batch_read(spark, rocketmq, topic, **options)
         rows = df.withColumn("part", spark_partition_id()).collect()
         wanted = [m for m in sent if options.get("subExpression") in (None, m["tags"])]
@@ -151,18 +184,28 @@ def test_splitting_keeps_order_and_loses_nothing(spark: Any, rocketmq: ClusterHa
 
 
 def test_data_loss_under_a_running_query_fails_or_skips(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     """The topic is deleted and recreated while the stream runs: its offsets are gone."""
     for fail in (True, False):
         topic, group = unique("loss"), unique("loss-group")
         create_topic(rocketmq, topic, queues=1, brokers="broker-a")
         produce(rocketmq, topic, 30, "--keys", "before-{i}")
         keys: list[str] = []  # this round's: its query is stopped before the loop moves on
-        df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                    failOnDataLoss=str(fail).lower())
-        query = (df.writeStream.option("checkpointLocation", str(tmp_path / f"c-{fail}"))
-                 .foreachBatch(lambda batch, _: keys.extend(r.keys for r in batch.select("keys").collect()))  # noqa: B023
-                 .trigger(processingTime="1 second").start())
+        df = stream(
+            spark,
+            rocketmq,
+            topic,
+            group,
+            consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
+            failOnDataLoss=str(fail).lower(),
+        )
+        query = (
+            df.writeStream.option("checkpointLocation", str(tmp_path / f"c-{fail}"))
+            .foreachBatch(lambda batch, _: keys.extend(r.keys for r in batch.select("keys").collect()))  # noqa: B023
+            .trigger(processingTime="1 second")
+            .start()
+        )
         try:
             wait_rows(query, 30)
             rocketmq.tool("delete-topic", "--topic", topic)
@@ -194,9 +237,14 @@ def test_new_queues_and_several_topics(spark: Any, rocketmq: ClusterHandle, uniq
     produce(rocketmq, other, 10, "--keys", "o-{i}")
     out = tmp_path / "sink"
     df = stream(spark, rocketmq, f"{grow},{other}", group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET")
-    query = (df.selectExpr("topic", "keys", "brokerName", "queueId").writeStream.format("parquet")
-             .option("path", str(out)).option("checkpointLocation", str(tmp_path / "c"))
-             .trigger(processingTime="1 second").start())
+    query = (
+        df.selectExpr("topic", "keys", "brokerName", "queueId")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
     try:
         wait_rows(query, 50)
         # The topic grows: two more queues on broker-a and four on broker-b.
@@ -217,8 +265,9 @@ def test_new_queues_and_several_topics(spark: Any, rocketmq: ClusterHandle, uniq
 def read_batch_cq_topic(spark: Any, rocketmq: ClusterHandle, topic: str, count: int, **options: str) -> None:
     """Send ``count`` messages in batch sends of 20 to a one-queue BatchCQ topic (each send is one
     record the broker returns whole), read them back with ``options``: each exactly once."""
-    rocketmq.tool("create-topic", "--topic", topic, "--queues", "1", "--brokers", "broker-a",
-                  "--attr", "+queue.type=BatchCQ")
+    rocketmq.tool(
+        "create-topic", "--topic", topic, "--queues", "1", "--brokers", "broker-a", "--attr", "+queue.type=BatchCQ"
+    )
     produce(rocketmq, topic, count, "--batch", "20", "--keys", "inner-{i}", "--broker", "broker-a", "--queue", "0")
     rows = batch_read(spark, rocketmq, topic, **options).collect()
     assert sorted(r.queueOffset for r in rows) == list(range(count))

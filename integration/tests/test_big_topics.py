@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from integration.support import (
-    ClusterHandle, batch_read, create_topic, max_offsets, produce, run_available_now, stored_offsets, stream,
+    ClusterHandle,
+    batch_read,
+    create_topic,
+    max_offsets,
+    produce,
+    run_available_now,
+    stored_offsets,
+    stream,
 )
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.options import ReadKind, parse_options
@@ -36,12 +43,14 @@ def in_queue_order(rows: list[Any]) -> dict[Position, list[int]]:
 def assert_exactly_once_in_order(rows: list[Any], ends: dict[Position, int]) -> None:
     seen = in_queue_order(rows)
     assert {queue: sorted(offsets) for queue, offsets in seen.items()} == {
-        queue: list(range(end)) for queue, end in ends.items() if end}
+        queue: list(range(end)) for queue, end in ends.items() if end
+    }
     assert all(offsets == sorted(offsets) for offsets in seen.values())
 
 
-def test_a_thousand_queues_stream_and_read_exactly_once(spark: Any, rocketmq: ClusterHandle, unique: Unique,
-                                                       tmp_path: Path) -> None:
+def test_a_thousand_queues_stream_and_read_exactly_once(
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("big"), unique("big-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     # One batch of PER_QUEUE per send; sends go round the topic's queues, one each.
@@ -51,8 +60,11 @@ def test_a_thousand_queues_stream_and_read_exactly_once(spark: Any, rocketmq: Cl
 
     batches: list[list[Any]] = []
     df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET")
-    query = run_available_now(df.select("brokerName", "queueId", "queueOffset"), tmp_path / "checkpoint",
-                              lambda batch, _: batches.append(batch.collect()))
+    query = run_available_now(
+        df.select("brokerName", "queueId", "queueOffset"),
+        tmp_path / "checkpoint",
+        lambda batch, _: batches.append(batch.collect()),
+    )
     rows = [row for batch in batches for row in batch]
     assert_exactly_once_in_order(rows, ends)
     assert stored_offsets(rocketmq, topic, group) == ends

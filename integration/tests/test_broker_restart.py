@@ -26,11 +26,24 @@ def test_stream_rides_out_a_broker_restart(spark: Any, two_brokers: ClusterHandl
     create_topic(two_brokers, topic, queues=2)
     produce(two_brokers, topic, 200, "--keys", "before-{i}", "--batch", "20")
     out = tmp_path / "sink"
-    df = (spark.readStream.format("rocketmq").option("nameServer", two_brokers.namesrv_addr).option("topic", topic)
-          .option("consumerGroup", group).option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
-          .option("maxMessagesPerTrigger", "50").option("pullTimeoutMs", "3000").load())
-    query = (df.selectExpr("keys").writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="1 second").start())
+    df = (
+        spark.readStream.format("rocketmq")
+        .option("nameServer", two_brokers.namesrv_addr)
+        .option("topic", topic)
+        .option("consumerGroup", group)
+        .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
+        .option("maxMessagesPerTrigger", "50")
+        .option("pullTimeoutMs", "3000")
+        .load()
+    )
+    query = (
+        df.selectExpr("keys")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
     try:
         wait_rows(query, 50)
         cluster.stop_broker("broker-b")
@@ -44,7 +57,8 @@ def test_stream_rides_out_a_broker_restart(spark: Any, two_brokers: ClusterHandl
     finally:
         query.stop()
     keys = Counter(r.keys for r in spark.read.parquet(str(out)).collect())
-    expected = ({f"before-{i}" for i in range(200)} | {f"during-{i}" for i in range(60)}
-                | {f"after-{i}" for i in range(100)})
+    expected = (
+        {f"before-{i}" for i in range(200)} | {f"during-{i}" for i in range(60)} | {f"after-{i}" for i in range(100)}
+    )
     assert set(keys) == expected
     assert max(keys.values()) == 1, "a message reached the sink twice"

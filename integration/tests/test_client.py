@@ -23,18 +23,26 @@ import pytest
 from integration import support
 from integration.cluster_config import BROKER_A, BROKER_NAMES, CLUSTER_NAME
 from integration.constants import (
-    COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, LOOPBACK, ONE_HOUR_MS, POLL_S, PULL_BATCH, WAVE_GAP_S,
+    COMPRESSIBLE_BODY_BYTES,
+    CONSUMER_ADDED_PROPERTIES,
+    LOOPBACK,
+    ONE_HOUR_MS,
+    POLL_S,
+    PULL_BATCH,
+    WAVE_GAP_S,
 )
 from integration.support import ClusterHandle, create_topic, create_topic_on_broker, position
-from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue
+from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue, parse_tag_expression
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import Boundary, PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import (
-    BrokerResponseError, ConnectionFailedError, NameServersUnavailableError, TopicNotFoundError,
+    BrokerResponseError,
+    ConnectionFailedError,
+    NameServersUnavailableError,
+    TopicNotFoundError,
 )
-from rocketmq_spark.model import parse_tag_expression
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +68,7 @@ _PORT_HEX = 8
 # queueOffset and commitLogOffset; an IPv4 record's body length ends its 84-byte prefix.
 _SYS_FLAG_AT = 36
 _BODY_LENGTH_AT = 80
-_COMPRESSION_TYPE = {"ZLIB": codes.COMPRESSION_ZLIB, "LZ4": codes.COMPRESSION_LZ4,
-                     "ZSTD": codes.COMPRESSION_ZSTD}
+_COMPRESSION_TYPE = {"ZLIB": codes.COMPRESSION_ZLIB, "LZ4": codes.COMPRESSION_LZ4, "ZSTD": codes.COMPRESSION_ZSTD}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -117,8 +124,9 @@ def produce_to(rocketmq: ClusterHandle, target: Target, count: int, *extra: str)
     return produce(rocketmq, target.topic, count, *extra, broker=target.broker, queue=target.queue_id)
 
 
-def produce(rocketmq: ClusterHandle, topic: str, count: int, *extra: str, broker: str | None = BROKER_A,
-            queue: int | None = 0) -> list[Row]:
+def produce(
+    rocketmq: ClusterHandle, topic: str, count: int, *extra: str, broker: str | None = BROKER_A, queue: int | None = 0
+) -> list[Row]:
     """Send with the official producer (to one queue unless broker is None); its report, checked."""
     rows = support.produce(rocketmq, topic, count, "--print-body", *extra, broker=broker, queue=queue)
     assert len(rows) == count
@@ -143,16 +151,31 @@ def route_queue(client: RocketMQClient, topic: str, broker: str, queue_id: int) 
     return address, queue
 
 
-def pull_to_end(client: RocketMQClient, address: str, queue: MessageQueue, group: str, *, start: int = 0,
-                max_messages: int = PULL_BATCH, subscription: str = "*",
-                expression_type: str = "TAG") -> tuple[list[Message], list[PullResult]]:
+def pull_to_end(
+    client: RocketMQClient,
+    address: str,
+    queue: MessageQueue,
+    group: str,
+    *,
+    start: int = 0,
+    max_messages: int = PULL_BATCH,
+    subscription: str = "*",
+    expression_type: str = "TAG",
+) -> tuple[list[Message], list[PullResult]]:
     """Pull from ``start`` until the broker says there is nothing newer, following next_begin_offset."""
     messages: list[Message] = []
     results: list[PullResult] = []
     offset = start
     for _ in range(MAX_PULLS):
-        result = client.pull(address, queue, offset, group=group, max_messages=max_messages,
-                             subscription=subscription, expression_type=expression_type)
+        result = client.pull(
+            address,
+            queue,
+            offset,
+            group=group,
+            max_messages=max_messages,
+            subscription=subscription,
+            expression_type=expression_type,
+        )
         results.append(result)
         if result.status is PullStatus.FOUND:
             messages += decode_messages(result.body)
@@ -168,12 +191,12 @@ def pull_to_end(client: RocketMQClient, address: str, queue: MessageQueue, group
 def store_address(offset_msg_id: str) -> str:
     """The broker address an offsetMsgId names (IPv4 form)."""
     ip = socket.inet_ntoa(bytes.fromhex(offset_msg_id[:_IPV4_HEX]))
-    port = int(offset_msg_id[_IPV4_HEX:_IPV4_HEX + _PORT_HEX], 16)
+    port = int(offset_msg_id[_IPV4_HEX : _IPV4_HEX + _PORT_HEX], 16)
     return f"{ip}:{port}"
 
 
 def commit_log_offset(offset_msg_id: str) -> int:
-    return int(offset_msg_id[_IPV4_HEX + _PORT_HEX:], 16)
+    return int(offset_msg_id[_IPV4_HEX + _PORT_HEX :], 16)
 
 
 def body_of(row: Row) -> bytes:
@@ -201,7 +224,10 @@ def assert_is_consumed_message(message: Message, consumed: Row, *, batch_sent: b
     assert (message.msg_id == consumed["msgId"]) != batch_sent
     assert message.offset_msg_id == consumed["offsetMsgId"]
     assert (message.topic, message.queue_id, message.queue_offset) == (
-        consumed["topic"], consumed["queueId"], consumed["queueOffset"])
+        consumed["topic"],
+        consumed["queueId"],
+        consumed["queueOffset"],
+    )
     assert message.store_timestamp == consumed["storeTimestamp"]
     assert message.born_timestamp == consumed["bornTimestamp"]
     assert message.born_host == consumed["bornHost"]
@@ -222,8 +248,8 @@ def raw_records(body: bytes) -> Iterator[bytes]:
     """The raw records of a pull body, split by their totalSize field."""
     position = 0
     while position < len(body):
-        size = int.from_bytes(body[position:position + 4], "big")
-        yield body[position:position + size]
+        size = int.from_bytes(body[position : position + 4], "big")
+        yield body[position : position + size]
         position += size
 
 
@@ -279,8 +305,10 @@ def test_min_and_max_offset_count_what_was_produced(
     create_topic(rocketmq, topic)
     sent = produce(rocketmq, topic, count)
     assert [row["queueOffset"] for row in sent] == list(range(count))
-    official = {(o["broker"], o["queueId"]): o for o in rocketmq.tool("offsets", "--topic", topic,
-                                                                        "--group", unique("it-nobody"))}
+    official = {
+        (o["broker"], o["queueId"]): o
+        for o in rocketmq.tool("offsets", "--topic", topic, "--group", unique("it-nobody"))
+    }
 
     route = client.topic_route(topic)
     for queue in route.readable_queues():
@@ -302,8 +330,21 @@ def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
     count = 10
     create_topic(rocketmq, topic)
     before_ms = int(time.time() * 1000)
-    sent = produce(rocketmq, topic, count, "--tags", "TagA,TagB", "--keys", "order-{i} alt-{i}",
-                   "--body", "payload {i}", "--prop", "seq={i}", "--prop", "color=blue")
+    sent = produce(
+        rocketmq,
+        topic,
+        count,
+        "--tags",
+        "TagA,TagB",
+        "--keys",
+        "order-{i} alt-{i}",
+        "--body",
+        "payload {i}",
+        "--prop",
+        "seq={i}",
+        "--prop",
+        "color=blue",
+    )
     after_ms = int(time.time() * 1000)
     consumed = consume(rocketmq, topic, count)
     address, queue = route_queue(client, topic, BROKER_A, 0)
@@ -336,7 +377,9 @@ def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
 
 
 def test_walk_columns_agree_with_the_producer(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -352,11 +395,14 @@ def test_walk_columns_agree_with_the_producer(
     assert columns.keys.to_pylist() == [row["keys"] for row in sent]
     assert columns.tags.to_pylist() == [row["tags"] for row in sent]
     assert [dict(pairs) for pairs in columns.properties.to_pylist()] == [
-        {**row["properties"], **BROKER_ADDED_PROPERTIES} for row in sent]
+        {**row["properties"], **BROKER_ADDED_PROPERTIES} for row in sent
+    ]
 
 
 def test_pull_statuses_at_and_beyond_the_end(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -385,7 +431,9 @@ def test_pull_statuses_at_and_beyond_the_end(
 
 
 def test_long_poll_returns_a_message_produced_while_it_waits(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -401,8 +449,14 @@ def test_long_poll_returns_a_message_produced_while_it_waits(
         # A loaded machine may take longer than one poll to start the producer's JVM: poll again
         # then. A broker that did not hold the poll would burn the attempts at once and fail.
         for _ in range(LONG_POLL_ATTEMPTS):
-            result = client.pull(target.address, target.queue, max_offset, group=unique("it-g"),
-                                 max_messages=PULL_BATCH, suspend_timeout_ms=LONG_POLL_MS)
+            result = client.pull(
+                target.address,
+                target.queue,
+                max_offset,
+                group=unique("it-g"),
+                max_messages=PULL_BATCH,
+                suspend_timeout_ms=LONG_POLL_MS,
+            )
             if result.status is not PullStatus.NO_NEW_MSG:
                 break
     finally:
@@ -422,15 +476,22 @@ def test_long_poll_returns_a_message_produced_while_it_waits(
     "options",
     [
         pytest.param((), id="plain"),
-        pytest.param(("--tags", "TagA,TagB", "--keys", "key-{i} second-{i}", "--prop", "seq={i}",
-                      "--prop", "region=eu-west"), id="keys-tags-properties"),
-        pytest.param(("--tags", "标签,タグ", "--keys", "ключ-{i}", "--body", "héllo wörld ✓ {i}",
-                      "--prop", "città=Zürich-{i}"), id="unicode"),
+        pytest.param(
+            ("--tags", "TagA,TagB", "--keys", "key-{i} second-{i}", "--prop", "seq={i}", "--prop", "region=eu-west"),
+            id="keys-tags-properties",
+        ),
+        pytest.param(
+            ("--tags", "标签,タグ", "--keys", "ключ-{i}", "--body", "héllo wörld ✓ {i}", "--prop", "città=Zürich-{i}"),
+            id="unicode",
+        ),
     ],
 )
 def test_messages_of_the_official_producer_decode_exactly(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
-    fresh_queue: Callable[[], Target], options: tuple[str, ...]
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+    options: tuple[str, ...],
 ) -> None:
     target = fresh_queue()
     count = 5
@@ -445,24 +506,29 @@ def test_messages_of_the_official_producer_decode_exactly(
 
 @pytest.mark.parametrize("compression", ["ZLIB", "LZ4", "ZSTD"])
 def test_bodies_compressed_by_the_producer_decode_to_the_original(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
-    fresh_queue: Callable[[], Target], compression: str
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
+    fresh_queue: Callable[[], Target],
+    compression: str,
 ) -> None:
     target = fresh_queue()
     count = 3
-    sent = produce_to(rocketmq, target, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES),
-                      "--compress", compression, "--tags", "Big")
+    sent = produce_to(
+        rocketmq, target, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES), "--compress", compression, "--tags", "Big"
+    )
 
     result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
     messages = decode_messages(result.body)
 
     # The broker stored them compressed, with the producer's compression type in the flag...
     for record in raw_records(result.body):
-        sys_flag = int.from_bytes(record[_SYS_FLAG_AT:_SYS_FLAG_AT + 4], "big")
+        sys_flag = int.from_bytes(record[_SYS_FLAG_AT : _SYS_FLAG_AT + 4], "big")
         assert sys_flag & codes.MSG_FLAG_COMPRESSED
         assert (sys_flag & codes.MSG_COMPRESSION_TYPE_MASK) >> codes.MSG_COMPRESSION_TYPE_SHIFT == (
-            _COMPRESSION_TYPE[compression])
-        assert int.from_bytes(record[_BODY_LENGTH_AT:_BODY_LENGTH_AT + 4], "big") < COMPRESSIBLE_BODY_BYTES
+            _COMPRESSION_TYPE[compression]
+        )
+        assert int.from_bytes(record[_BODY_LENGTH_AT : _BODY_LENGTH_AT + 4], "big") < COMPRESSIBLE_BODY_BYTES
     # ...and they decode to exactly what was sent.
     assert len(messages) == count
     for message, row in zip(messages, sent):
@@ -482,8 +548,9 @@ def test_a_batch_send_is_one_record_per_message_with_consecutive_offsets(
     count = 2 * batch
     create_topic(rocketmq, topic)
     produce(rocketmq, topic, 1)  # the batches start at offset 1
-    sent = produce(rocketmq, topic, count, "--batch", str(batch), "--keys", "batch-{i}", "--tags", "Batched",
-                   "--prop", "seq={i}")
+    sent = produce(
+        rocketmq, topic, count, "--batch", str(batch), "--keys", "batch-{i}", "--tags", "Batched", "--prop", "seq={i}"
+    )
     consumed = consume(rocketmq, topic, count + 1)
     address, queue = route_queue(client, topic, BROKER_A, 0)
 
@@ -498,7 +565,7 @@ def test_a_batch_send_is_one_record_per_message_with_consecutive_offsets(
         assert (message.body, message.tags, message.keys) == (body_of(row), row["tags"], row["keys"])
         assert message.properties["seq"] == row["properties"]["seq"]
     assert [m.msg_id for m in messages] == [row["msgId"] for row in sent]
-    official_ids = [{consumed[position(row)]["msgId"] for row in sent[i:i + batch]} for i in range(0, count, batch)]
+    official_ids = [{consumed[position(row)]["msgId"] for row in sent[i : i + batch]} for i in range(0, count, batch)]
     assert [len(ids) for ids in official_ids] == [1, 1]  # the official consumer: the batch's id
 
 
@@ -510,8 +577,9 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
     topic = unique("it-innerbatch")
     batch = 5
     create_topic(rocketmq, topic, 1, (BROKER_A,), "--attr", "+queue.type=BatchCQ")
-    sent = produce(rocketmq, topic, batch, "--batch", str(batch), "--tags", "Inner", "--keys", "inner-{i}",
-                   "--prop", "seq={i}")
+    sent = produce(
+        rocketmq, topic, batch, "--batch", str(batch), "--tags", "Inner", "--keys", "inner-{i}", "--prop", "seq={i}"
+    )
     sent += produce(rocketmq, topic, batch, "--batch", str(batch), "--tags", "Inner", "--keys", "inner-{i}")
     consumed = consume(rocketmq, topic, 2 * batch)
     address, queue = route_queue(client, topic, BROKER_A, 0)
@@ -522,7 +590,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
 
     assert len(records) == 2
     for record in records:
-        sys_flag = int.from_bytes(record[_SYS_FLAG_AT:_SYS_FLAG_AT + 4], "big")
+        sys_flag = int.from_bytes(record[_SYS_FLAG_AT : _SYS_FLAG_AT + 4], "big")
         assert sys_flag & codes.MSG_FLAG_INNER_BATCH and sys_flag & codes.MSG_FLAG_NEED_UNWRAP
     assert result.next_begin_offset == client.max_offset(address, queue) == 2 * batch
     assert [m.queue_offset for m in messages] == [row["queueOffset"] for row in sent] == list(range(2 * batch))
@@ -545,7 +613,9 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
 
 
 def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -553,8 +623,7 @@ def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
     sent = produce_to(rocketmq, target, count, "--tags", "Aa,BB,TagC")
     group = unique("it-g")
 
-    result = client.pull(target.address, target.queue, 0, group=group, max_messages=PULL_BATCH,
-                         subscription="Aa")
+    result = client.pull(target.address, target.queue, 0, group=group, max_messages=PULL_BATCH, subscription="Aa")
     returned = decode_messages(result.body)
 
     # The broker compares hash codes only, and Java's "Aa".hashCode() == "BB".hashCode() == 2112.
@@ -569,15 +638,16 @@ def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
     ]
 
     # Following next_begin_offset with small pulls walks past the BB and TagC messages to the end.
-    messages, results = pull_to_end(client, target.address, target.queue, group, max_messages=2,
-                                    subscription="Aa")
+    messages, results = pull_to_end(client, target.address, target.queue, group, max_messages=2, subscription="Aa")
     assert results[-1].status is PullStatus.NO_NEW_MSG
     assert results[-1].next_begin_offset == client.max_offset(target.address, target.queue) == count
     assert [m.queue_offset for m in messages] == [m.queue_offset for m in returned]
 
 
 def test_or_of_tags_returns_exactly_those_tags(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -591,15 +661,24 @@ def test_or_of_tags_returns_exactly_those_tags(
 
 
 def test_sql92_subscription_returns_exactly_the_matching_messages(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
     count = 20
     sent = produce_to(rocketmq, target, count, "--prop", "seq={i}", "--tags", "TagA")
 
-    messages, results = pull_to_end(client, target.address, target.queue, unique("it-g"), max_messages=4,
-                                    subscription="seq >= 5 AND seq < 10", expression_type=EXPRESSION_SQL92)
+    messages, results = pull_to_end(
+        client,
+        target.address,
+        target.queue,
+        unique("it-g"),
+        max_messages=4,
+        subscription="seq >= 5 AND seq < 10",
+        expression_type=EXPRESSION_SQL92,
+    )
 
     expected = [row for row in sent if 5 <= int(row["properties"]["seq"]) < 10]
     assert [m.msg_id for m in messages] == [row["msgId"] for row in expected]
@@ -611,7 +690,9 @@ def test_sql92_subscription_returns_exactly_the_matching_messages(
 
 
 def test_consumer_offset_of_a_new_group_is_none_then_what_was_stored(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -626,15 +707,19 @@ def test_consumer_offset_of_a_new_group_is_none_then_what_was_stored(
     client.update_consumer_offset(target.address, target.queue, group, committed)
 
     assert client.query_consumer_offset(target.address, target.queue, group) == committed
-    official = {(o["broker"], o["queueId"]): o["consumerOffset"]
-                for o in rocketmq.tool("offsets", "--topic", target.topic, "--group", group)}
+    official = {
+        (o["broker"], o["queueId"]): o["consumerOffset"]
+        for o in rocketmq.tool("offsets", "--topic", target.topic, "--group", group)
+    }
     assert official.pop((target.broker, target.queue_id)) == committed
     assert len(official) == POOL_QUEUES - 1
     assert set(official.values()) == {None}
 
 
 def test_committing_for_a_group_the_broker_never_saw_is_refused(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     target = fresh_queue()
@@ -680,7 +765,9 @@ def test_search_offset_by_store_time(
 
 
 def test_a_topic_created_by_the_client_takes_messages_from_the_official_producer(
-    rocketmq: ClusterHandle, client: RocketMQClient, unique: Callable[[str], str],
+    rocketmq: ClusterHandle,
+    client: RocketMQClient,
+    unique: Callable[[str], str],
     fresh_queue: Callable[[], Target],
 ) -> None:
     address = fresh_queue().address  # broker-a's, from the route of an existing topic
@@ -736,8 +823,7 @@ def test_pull_offsets_and_search_through_the_proxy(
     count = 9
     committed = 4
     create_topic(rocketmq, topic)
-    sent = produce(rocketmq, topic, count, "--tags", "TagA,TagB,TagC", "--keys", "p-{i}", broker=broker,
-                   queue=queue_id)
+    sent = produce(rocketmq, topic, count, "--tags", "TagA,TagB,TagC", "--keys", "p-{i}", broker=broker, queue=queue_id)
     address, queue = route_queue(proxy_client, topic, broker, queue_id)
     assert address == rocketmq.proxy_addr
 
@@ -755,20 +841,26 @@ def test_pull_offsets_and_search_through_the_proxy(
     assert proxy_client.query_consumer_offset(address, queue, group) is None
     proxy_client.update_consumer_offset(address, queue, group, committed)
     assert proxy_client.query_consumer_offset(address, queue, group) == committed
-    official = {(o["broker"], o["queueId"]): o["consumerOffset"]
-                for o in rocketmq.tool("offsets", "--topic", topic, "--group", group)}
+    official = {
+        (o["broker"], o["queueId"]): o["consumerOffset"]
+        for o in rocketmq.tool("offsets", "--topic", topic, "--group", group)
+    }
     assert official.pop((broker, queue_id)) == committed
     assert set(official.values()) == {None}
 
-    times = [m.store_timestamp for m in decode_messages(
-        proxy_client.pull(address, queue, 0, group=group, max_messages=PULL_BATCH).body)]
+    times = [
+        m.store_timestamp
+        for m in decode_messages(proxy_client.pull(address, queue, 0, group=group, max_messages=PULL_BATCH).body)
+    ]
     assert proxy_client.search_offset(address, queue, times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
     assert proxy_client.search_offset(address, queue, times[-1] + ONE_HOUR_MS, Boundary.LOWER) == count
     assert proxy_client.search_offset(address, queue, times[-1], Boundary.UPPER) == count - 1
 
 
 def test_the_proxy_does_not_serve_earliest_store_time(
-    rocketmq: ClusterHandle, proxy_client: RocketMQClient, fresh_queue: Callable[[], Target],
+    rocketmq: ClusterHandle,
+    proxy_client: RocketMQClient,
+    fresh_queue: Callable[[], Target],
 ) -> None:
     """GET_EARLIEST_MSG_STORETIME is not among the codes the 5.x proxy's remoting port forwards."""
     target = fresh_queue()
@@ -793,9 +885,7 @@ def test_a_closed_port_is_a_retriable_connection_failure(unique: Callable[[str],
     assert isinstance(caught.value.answers[address], ConnectionFailedError)
 
 
-def test_route_falls_over_to_the_next_name_server(
-    rocketmq: ClusterHandle, unique: Callable[[str], str]
-) -> None:
+def test_route_falls_over_to_the_next_name_server(rocketmq: ClusterHandle, unique: Callable[[str], str]) -> None:
     topic = unique("it-failover")
     create_topic(rocketmq, topic)
     servers = (f"{LOOPBACK}:{closed_port()}", rocketmq.namesrv_addr)

@@ -21,16 +21,24 @@ QUEUES_PER_BROKER = 4
 MESSAGES = 1_000
 
 
-def test_two_brokers_store_what_the_official_client_sent(
-    rocketmq: ClusterHandle, unique: Callable[[str], str]
-) -> None:
+def test_two_brokers_store_what_the_official_client_sent(rocketmq: ClusterHandle, unique: Callable[[str], str]) -> None:
     topic = unique("it-cluster")
     created = rocketmq.tool("create-topic", "--topic", topic, "--queues", str(QUEUES_PER_BROKER))
     assert sorted(created[0]["brokers"]) == ["broker-a", "broker-b"]
 
     sent = rocketmq.tool(
-        "produce", "--topic", topic, "--count", str(MESSAGES), "--tags", ",".join(TAGS),
-        "--keys", "order-{i}", "--body", "payload-{i}", "--print-body",
+        "produce",
+        "--topic",
+        topic,
+        "--count",
+        str(MESSAGES),
+        "--tags",
+        ",".join(TAGS),
+        "--keys",
+        "order-{i}",
+        "--body",
+        "payload-{i}",
+        "--print-body",
     )
     assert len(sent) == MESSAGES
     assert {row["status"] for row in sent} == {"SEND_OK"}
@@ -46,7 +54,9 @@ def test_two_brokers_store_what_the_official_client_sent(
     for row in sent:
         got = by_id[row["msgId"]]
         assert (got["broker"], got["queueId"], got["queueOffset"]) == (
-            row["broker"], row["queueId"], row["queueOffset"],
+            row["broker"],
+            row["queueId"],
+            row["queueOffset"],
         )
         assert got["tags"] == row["tags"]
         assert got["keys"] == row["keys"]

@@ -57,12 +57,16 @@ def parquet_rows(path: Path) -> list[dict[str, object]]:
 
 
 def test_backfill_and_a_restarted_stream_on_a_standalone_cluster(
-        dist: Dist, rocketmq: ClusterHandle, unique: Callable[[str], str], tmp_path: Path) -> None:
+    dist: Dist, rocketmq: ClusterHandle, unique: Callable[[str], str], tmp_path: Path
+) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items()))
-    env = {**spark_env(), "SPARK_CONF_DIR": str(conf),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **spark_env(),
+        "SPARK_CONF_DIR": str(conf),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
     pack = substitute(documented("cluster-pack"), {"install rocketmq-spark ": f"install {dist.wheel} "})
@@ -77,22 +81,47 @@ def test_backfill_and_a_restarted_stream_on_a_standalone_cluster(
     produce(rocketmq, topic, OUTSIDE, "--keys", "after-{i}", "--quiet")
 
     with StandaloneCluster(tmp_path / "spark") as cluster:
-        common = {DOCUMENTED_MASTER: cluster.master_url, DOCUMENTED_NAMESRV: f"'{rocketmq.namesrv_addr}'",
-                  DOCUMENTED_EXAMPLES: f"{REPO}/{DOCUMENTED_EXAMPLES}", "--topic orders": f"--topic {topic}"}
+        common = {
+            DOCUMENTED_MASTER: cluster.master_url,
+            DOCUMENTED_NAMESRV: f"'{rocketmq.namesrv_addr}'",
+            DOCUMENTED_EXAMPLES: f"{REPO}/{DOCUMENTED_EXAMPLES}",
+            "--topic orders": f"--topic {topic}",
+        }
         backfill_block = documented("cluster-backfill")
         backfill = tmp_path / "backfill"
-        shell(substitute(backfill_block, {**common, "2025-01-01T00:00:00Z": start, "2025-01-02T00:00:00Z": end,
-                                          "/data/orders/2025-01-01": str(backfill)}),
-              submit_dir, env, SUBMIT_TIMEOUT_S)
+        shell(
+            substitute(
+                backfill_block,
+                {
+                    **common,
+                    "2025-01-01T00:00:00Z": start,
+                    "2025-01-02T00:00:00Z": end,
+                    "/data/orders/2025-01-01": str(backfill),
+                },
+            ),
+            submit_dir,
+            env,
+            SUBMIT_TIMEOUT_S,
+        )
         assert sorted(row["keys"] for row in parquet_rows(backfill)) == sorted(f"inside-{i}" for i in range(INSIDE))
 
         # The stream's block follows the backfill's in the same shell: its export line holds.
         exports = backfill_block.splitlines()[0]
         assert exports.startswith("export PYSPARK_PYTHON="), exports
         sink, checkpoint = tmp_path / "stream", tmp_path / "checkpoint"
-        stream = exports + "\n" + substitute(documented("cluster-stream"), {
-            **common, "orders-to-parquet": group, "/data/orders/stream": str(sink),
-            "/data/checkpoints/orders": str(checkpoint)})
+        stream = (
+            exports
+            + "\n"
+            + substitute(
+                documented("cluster-stream"),
+                {
+                    **common,
+                    "orders-to-parquet": group,
+                    "/data/orders/stream": str(sink),
+                    "/data/checkpoints/orders": str(checkpoint),
+                },
+            )
+        )
         shell(stream, submit_dir, env, SUBMIT_TIMEOUT_S)
         assert len(parquet_rows(sink)) == 2 * OUTSIDE + INSIDE
         produce(rocketmq, topic, LATE, "--keys", "late-{i}", "--quiet")
@@ -103,7 +132,9 @@ def test_backfill_and_a_restarted_stream_on_a_standalone_cluster(
     assert len(rows) == len(positions) == 2 * OUTSIDE + INSIDE + LATE
     assert {row["keys"] for row in rows} == {
         *(f"{part}-{i}" for part in ("before", "after") for i in range(OUTSIDE)),
-        *(f"inside-{i}" for i in range(INSIDE)), *(f"late-{i}" for i in range(LATE))}
+        *(f"inside-{i}" for i in range(INSIDE)),
+        *(f"late-{i}" for i in range(LATE)),
+    }
 
     def at_the_end() -> bool:
         stored, ends = offsets_and_ends(rocketmq, topic, group)

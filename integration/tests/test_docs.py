@@ -33,8 +33,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.docs]
 
 # Every label a test here or in test_cluster_recipe.py runs.
 TESTED_LABELS = {
-    "hello-start", "hello-produce", "hello-program", "hello-run", "hello-batch", "demo",
-    "cluster-pack", "cluster-backfill", "cluster-stream", "progress-read", "progress-lag",
+    "hello-start",
+    "hello-produce",
+    "hello-program",
+    "hello-run",
+    "hello-batch",
+    "demo",
+    "cluster-pack",
+    "cluster-backfill",
+    "cluster-stream",
+    "progress-read",
+    "progress-lag",
 }
 DOCUMENTED_NAMESRV = "127.0.0.1:9876"
 DOCUMENTED_NAMESRV_PORT = 9876
@@ -59,8 +68,12 @@ query.awaitTermination()
 
 def reader_env(**extra: str) -> dict[str, str]:
     """A shell as the quickstart's reader has it: the checkout's virtualenv activated."""
-    return {**job_env(), "PATH": os.pathsep.join([PYTHON_BIN, os.environ.get("PATH", "")]),
-            "VIRTUAL_ENV": str(Path(PYTHON_BIN).parent), **extra}
+    return {
+        **job_env(),
+        "PATH": os.pathsep.join([PYTHON_BIN, os.environ.get("PATH", "")]),
+        "VIRTUAL_ENV": str(Path(PYTHON_BIN).parent),
+        **extra,
+    }
 
 
 def test_every_block_is_tested_or_illustrative() -> None:
@@ -87,12 +100,14 @@ def test_quickstart_hello_world(tmp_path: Path) -> None:
         count = substitute(documented("hello-batch"), {DOCUMENTED_NAMESRV: namesrv}).strip()
         # The snippet is one expression in the hello world's session: the program up to it.
         lines = program.splitlines()
-        session = "\n".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("spark = ")) + 1])
+        session = "\n".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("spark = ")) + 1])
         # The progress page's blocks after an AvailableNow run of the hello world's stream, in
         # batches of a few messages, in the same session.
         stream = PROGRESS_STREAM.format(namesrv=namesrv, checkpoint=tmp_path / "checkpoint")
-        (tmp_path / "count.py").write_text(f"{session}\n\nprint('count', {count})\n\n{stream}\n"
-                                           f"{documented('progress-read')}\n{documented('progress-lag')}")
+        (tmp_path / "count.py").write_text(
+            f"{session}\n\nprint('count', {count})\n\n{stream}\n"
+            f"{documented('progress-read')}\n{documented('progress-lag')}"
+        )
         output = shell("python count.py", tmp_path, env)
         assert f"count {HELLO_MESSAGES}" in output, output
         assert re.search(r"^0 messages behind on [1-9]\d* queues$", output, re.MULTILINE), output
@@ -105,8 +120,15 @@ def console_bodies(command: str, cwd: Path, env: dict[str, str]) -> set[str]:
     the bodies it showed."""
     log = cwd / "hello.log"
     with open(log, "wb") as out:
-        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -116,8 +138,9 @@ def console_bodies(command: str, cwd: Path, env: dict[str, str]) -> set[str]:
                 return bodies
             assert process.poll() is None, f"{command} exited ({process.returncode}):\n{text[-OUTPUT_TAIL_CHARS:]}"
             time.sleep(POLL_S)
-        raise AssertionError(f"{command} showed no batch of {HELLO_MESSAGES} in {HELLO_TIMEOUT_S:.0f}s:\n"
-                             f"{text[-OUTPUT_TAIL_CHARS:]}")
+        raise AssertionError(
+            f"{command} showed no batch of {HELLO_MESSAGES} in {HELLO_TIMEOUT_S:.0f}s:\n{text[-OUTPUT_TAIL_CHARS:]}"
+        )
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
@@ -133,15 +156,24 @@ def test_demo_from_the_installed_wheel(dist: Dist, rocketmq: ClusterHandle, tmp_
     out of the checkout: nothing of integration/ can be imported there."""
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)
-    run(str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-        f"{dist.wheel}[spark]", cwd=tmp_path)
+    run(
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        f"{dist.wheel}[spark]",
+        cwd=tmp_path,
+    )
     examples = tmp_path / "docs" / "examples"
     examples.mkdir(parents=True)
     for name in ("demo.py", "demo_client.py"):
         shutil.copy(REPO / "docs" / "examples" / name, examples / name)
     env = {**job_env(), "PATH": os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")])}
-    output = shell(substitute(documented("demo"), {DOCUMENTED_NAMESRV: rocketmq.namesrv_addr}), tmp_path, env,
-                   DEMO_TIMEOUT_S)
+    output = shell(
+        substitute(documented("demo"), {DOCUMENTED_NAMESRV: rocketmq.namesrv_addr}), tmp_path, env, DEMO_TIMEOUT_S
+    )
     assert f"parquet sink: {DEMO_PAID} paid orders ({DEMO_PAID} distinct), expected {DEMO_PAID}" in output, output
     lags = [line.split() for line in output.splitlines() if line.startswith("broker-")]
     assert lags and all(row[2] == row[3] and row[4] == "0" for row in lags), output

@@ -31,11 +31,20 @@ from integration.cluster import Cluster, namesrv_name
 from integration.cluster_config import BROKER_NAMES
 from integration.constants import LOOPBACK
 from integration.faults import (
-    BROKER_PORTS, RELAYED_BROKER, Outcome, Producer, StreamJob, check_exactly_once, fault_cluster, gaps,
-    namesrv_of, sink_rows, wait_stored_at_end,
+    BROKER_PORTS,
+    RELAYED_BROKER,
+    Outcome,
+    Producer,
+    StreamJob,
+    check_exactly_once,
+    fault_cluster,
+    gaps,
+    namesrv_of,
+    sink_rows,
+    wait_stored_at_end,
 )
-from integration.relay import DELAY_MS, RELAY_HOST, Mode, Relay
 from integration.javatool import run_tool
+from integration.relay import DELAY_MS, RELAY_HOST, Mode, Relay
 from integration.support import ClusterHandle, create_topic, own_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -81,15 +90,20 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
 class Scenario:
     """One topic, one group, one checkpoint: the stream and what was sent to it."""
 
-    def __init__(self, rocketmq: ClusterHandle, workdir: Path, unique: Callable[[str], str],
-                 name_server: str | None = None) -> None:
+    def __init__(
+        self, rocketmq: ClusterHandle, workdir: Path, unique: Callable[[str], str], name_server: str | None = None
+    ) -> None:
         self.rocketmq = rocketmq
         self.workdir = workdir
         self.topic, self.group = unique("faults"), unique("faults-group")
         create_topic(rocketmq, self.topic, queues=QUEUES_PER_BROKER)
         self.options = {
-            "nameServer": name_server or rocketmq.namesrv_addr, "topic": self.topic, "consumerGroup": self.group,
-            "startingOffsets": "earliest", "maxMessagesPerTrigger": MAX_PER_TRIGGER, "pullTimeoutMs": PULL_TIMEOUT_MS,
+            "nameServer": name_server or rocketmq.namesrv_addr,
+            "topic": self.topic,
+            "consumerGroup": self.group,
+            "startingOffsets": "earliest",
+            "maxMessagesPerTrigger": MAX_PER_TRIGGER,
+            "pullTimeoutMs": PULL_TIMEOUT_MS,
         }
         # The name servers the producer and the offsets probe use (the official client's, which
         # fails to start if the first one it picks is down).
@@ -136,13 +150,17 @@ class Scenario:
             offsets = {(o["broker"], o["queueId"]): (o["consumerOffset"], o["maxOffset"]) for o in self.offsets()}
             # A queue the answer lacks (its broker not registered yet, or without the group's
             # offsets of the topic) is behind too.
-            behind = {queue: offsets.get(queue) for queue in ALL_QUEUES
-                      if queue not in offsets or offsets[queue][0] != offsets[queue][1]}
+            behind = {
+                queue: offsets.get(queue)
+                for queue in ALL_QUEUES
+                if queue not in offsets or offsets[queue][0] != offsets[queue][1]
+            }
             if not behind:
                 return time.monotonic() - began
             if time.monotonic() - began > CATCH_UP_TIMEOUT_S:
-                raise AssertionError(f"the running query's stored offsets stay behind (stored, max): {behind}\n"
-                                     f"{self.job.tail()}")
+                raise AssertionError(
+                    f"the running query's stored offsets stay behind (stored, max): {behind}\n{self.job.tail()}"
+                )
             time.sleep(CATCH_UP_POLL_S)
 
     def finish(self) -> None:
@@ -160,8 +178,14 @@ class Scenario:
             producer.close()
 
 
-def run_scenario(scenario: Scenario, spark: Any, fault: Callable[[Scenario], float],
-                 during: Sequence[str] = (), after: Sequence[str] = (), during_count: int = DURING) -> Outcome:
+def run_scenario(
+    scenario: Scenario,
+    spark: Any,
+    fault: Callable[[Scenario], float],
+    during: Sequence[str] = (),
+    after: Sequence[str] = (),
+    during_count: int = DURING,
+) -> Outcome:
     """Send, stream, fault (which returns when it ended, epoch s), recover, catch up, finish, check.
 
     ``during`` and ``after`` are the producer's extra arguments while the fault lands and after it.
@@ -182,9 +206,11 @@ def run_scenario(scenario: Scenario, spark: Any, fault: Callable[[Scenario], flo
         scenario.finish()
         check_exactly_once(sink_rows(spark, scenario.job.sink), scenario.produced, scenario.offsets())
         recovered = "none" if outcome.recovered_s is None else f"{outcome.recovered_s:.1f} s"
-        print(f"\n{scenario.topic}: {len(scenario.produced)} messages exactly once in {scenario.runs} run(s); "
-              f"longest pause between batches {outcome.longest_gap_s:.1f} s; first batch after the fault "
-              f"ended: {recovered}; caught up {caught_up_s:.0f} s after the last send; restarts: {outcome.restarts}")
+        print(
+            f"\n{scenario.topic}: {len(scenario.produced)} messages exactly once in {scenario.runs} run(s); "
+            f"longest pause between batches {outcome.longest_gap_s:.1f} s; first batch after the fault "
+            f"ended: {recovered}; caught up {caught_up_s:.0f} s after the last send; restarts: {outcome.restarts}"
+        )
         return outcome
     finally:
         scenario.close()
@@ -204,8 +230,9 @@ def cluster_of(faulty: tuple[ClusterHandle, Relay]) -> Cluster:
     return faulty[0].started
 
 
-def test_broker_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,
-                                     unique: Callable[[str], str]) -> None:
+def test_broker_killed_and_restarted(
+    spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     cluster = cluster_of(faulty)
 
     def fault(scenario: Scenario) -> float:
@@ -220,14 +247,20 @@ def test_broker_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Re
         return time.time()
 
     with running_afterwards(cluster, DIRECT_BROKER):
-        outcome = run_scenario(Scenario(faulty[0], tmp_path, unique), spark, fault,
-                               during=("--broker", RELAYED_BROKER), after=("--broker", RELAYED_BROKER),
-                               during_count=DURING - LAST_WORDS)
+        outcome = run_scenario(
+            Scenario(faulty[0], tmp_path, unique),
+            spark,
+            fault,
+            during=("--broker", RELAYED_BROKER),
+            after=("--broker", RELAYED_BROKER),
+            during_count=DURING - LAST_WORDS,
+        )
     assert not outcome.restarts, "the query should ride out a broker restart within its retry budget"
 
 
-def test_name_server_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,
-                                          unique: Callable[[str], str]) -> None:
+def test_name_server_killed_and_restarted(
+    spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     cluster = cluster_of(faulty)
     only = namesrv_name(0)  # the stream knows this one name server only; the producer knows both
 
@@ -242,8 +275,9 @@ def test_name_server_killed_and_restarted(spark: Any, faulty: tuple[ClusterHandl
     assert not outcome.restarts, "the query should ride out a name server restart within its retry budget"
 
 
-def test_one_of_two_name_servers_down_for_good(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,
-                                               unique: Callable[[str], str]) -> None:
+def test_one_of_two_name_servers_down_for_good(
+    spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     cluster = cluster_of(faulty)
     first = namesrv_name(0)  # the first the nameServer option lists
 
@@ -257,8 +291,9 @@ def test_one_of_two_name_servers_down_for_good(spark: Any, faulty: tuple[Cluster
     assert not outcome.restarts, "one name server answering is enough"
 
 
-def test_driver_killed_mid_batch(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,
-                                 unique: Callable[[str], str]) -> None:
+def test_driver_killed_mid_batch(
+    spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     def fault(scenario: Scenario) -> float:
         batch = scenario.job.wait_mid_batch()
         scenario.job.kill()
@@ -271,13 +306,19 @@ def test_driver_killed_mid_batch(spark: Any, faulty: tuple[ClusterHandle, Relay]
     assert len(outcome.restarts) == 1
 
 
-def test_network_delay_stall_reset_and_cut(spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path,
-                                           unique: Callable[[str], str]) -> None:
+def test_network_delay_stall_reset_and_cut(
+    spark: Any, faulty: tuple[ClusterHandle, Relay], tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     relay = faulty[1]
 
     def fault(_: Scenario) -> float:
-        for mode, seconds in ((Mode.DELAY, DELAY_S), (Mode.STALL, STALL_S), (Mode.RESET, RESET_S),
-                              (Mode.PASS, BETWEEN_S), (Mode.CUT, CUT_S)):
+        for mode, seconds in (
+            (Mode.DELAY, DELAY_S),
+            (Mode.STALL, STALL_S),
+            (Mode.RESET, RESET_S),
+            (Mode.PASS, BETWEEN_S),
+            (Mode.CUT, CUT_S),
+        ):
             relay.set_mode(mode, DELAY_MS)
             time.sleep(seconds)
         relay.set_mode(Mode.PASS)

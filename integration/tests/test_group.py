@@ -17,8 +17,20 @@ import pytest
 
 from integration.constants import FIRST, TRIGGER
 from integration.support import (
-    ClusterHandle, consumer_connections, consumer_progress, create_topic, eventually, fail_stream, max_offsets,
-    produce, push_consumer, source_members, spark_job_with_source_log, stored_offsets, stream, wait_rows,
+    ClusterHandle,
+    consumer_connections,
+    consumer_progress,
+    create_topic,
+    eventually,
+    fail_stream,
+    max_offsets,
+    produce,
+    push_consumer,
+    source_members,
+    spark_job_with_source_log,
+    stored_offsets,
+    stream,
+    wait_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -46,9 +58,13 @@ def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Cal
     queries: list[Any] = []
 
     def start(topic: str, group: str) -> Any:
-        query = (stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST).writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp_path / f"c{len(queries)}")).trigger(processingTime=TRIGGER)
-                 .start())
+        query = (
+            stream(spark, rocketmq, topic, group, consumeFromWhere=FIRST)
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / f"c{len(queries)}"))
+            .trigger(processingTime=TRIGGER)
+            .start()
+        )
         queries.append(query)
         return query
 
@@ -58,30 +74,39 @@ def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Cal
 
 
 def test_a_running_stream_is_an_online_member_and_its_progress_shows_in_mqadmin(
-        rocketmq: ClusterHandle, running: Callable[[str, str], Any], topic: str, unique: Unique) -> None:
+    rocketmq: ClusterHandle, running: Callable[[str, str], Any], topic: str, unique: Unique
+) -> None:
     group = unique("g-visible")
     query = running(topic, group)
     wait_rows(query, MESSAGES)
     (member,) = eventually(lambda: source_members(rocketmq, group), "the stream is not listed as online")
     maxima = max_offsets(rocketmq, topic)
-    eventually(lambda: consumer_progress(rocketmq, group, topic) == {q: (top, top) for q, top in maxima.items()},
-               "consumerProgress -g does not show every queue committed with no lag")
+    eventually(
+        lambda: consumer_progress(rocketmq, group, topic) == {q: (top, top) for q, top in maxima.items()},
+        "consumerProgress -g does not show every queue committed with no lag",
+    )
     query.stop()
     eventually(lambda: member not in consumer_connections(rocketmq, group), "the stopped stream is still listed")
     assert stored_offsets(rocketmq, topic, group) == maxima
 
 
 def test_a_push_consumer_in_the_group_is_named_and_not_disturbed(
-        rocketmq: ClusterHandle, topic: str, unique: Unique, tmp_path: Path) -> None:
+    rocketmq: ClusterHandle, topic: str, unique: Unique, tmp_path: Path
+) -> None:
     """Default: a warning naming the push consumer; the stream reads all the same, never
     registers, and the push consumer never counts it among the members it shares queues with."""
     group = unique("g-push")
     with push_consumer(rocketmq, topic, group, PUSH_ONLINE_S) as push:
         # The push consumer has stored its offsets (the end of each queue) for the group already.
-        options = {"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": group,
-                   "startingOffsets": "earliest"}
-        result, log = spark_job_with_source_log("stream", options, tmp_path, "--sink", str(tmp_path / "sink"),
-                                                "--checkpoint", str(tmp_path / "c"))
+        options = {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": topic,
+            "consumerGroup": group,
+            "startingOffsets": "earliest",
+        }
+        result, log = spark_job_with_source_log(
+            "stream", options, tmp_path, "--sink", str(tmp_path / "sink"), "--checkpoint", str(tmp_path / "c")
+        )
         assert result["result"]["rows"] == MESSAGES, result
         assert consumer_connections(rocketmq, group) == [push.client_id]
         warnings = [line for line in log.splitlines() if " WARNING " in line and push.client_id in line]
@@ -92,11 +117,17 @@ def test_a_push_consumer_in_the_group_is_named_and_not_disturbed(
 
 
 def test_with_fail_on_shared_group_a_push_consumer_fails_the_query_before_its_first_batch(
-        spark: Any, rocketmq: ClusterHandle, topic: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, topic: str, unique: Unique, tmp_path: Path
+) -> None:
     group = unique("g-push-fail")
     with push_consumer(rocketmq, topic, group, PUSH_ONLINE_S) as push:
-        options = {"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": group,
-                   "consumeFromWhere": FIRST, "failOnSharedGroup": "true"}
+        options = {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": topic,
+            "consumerGroup": group,
+            "consumeFromWhere": FIRST,
+            "failOnSharedGroup": "true",
+        }
         _, error = fail_stream(spark, options, tmp_path / "c")
         assert "option 'consumerGroup'" in error and push.client_id in error and FIX in error, error
         assert not (tmp_path / "c" / "offsets" / "0").exists(), "a batch was planned"
@@ -104,8 +135,8 @@ def test_with_fail_on_shared_group_a_push_consumer_fails_the_query_before_its_fi
 
 
 def test_a_second_query_on_the_same_group_names_the_first(
-        spark: Any, rocketmq: ClusterHandle, running: Callable[[str, str], Any], topic: str, unique: Unique,
-        tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, running: Callable[[str, str], Any], topic: str, unique: Unique, tmp_path: Path
+) -> None:
     group = unique("g-two")
     wait_rows(running(topic, group), MESSAGES)
     (first,) = eventually(lambda: source_members(rocketmq, group), "the first query is not listed")

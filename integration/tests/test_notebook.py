@@ -33,21 +33,42 @@ PER_TRIGGER = "250"
 SIGNED = ("--access-key", ACL_USER, "--secret-key", ACL_PASSWORD)
 
 
-def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path,
-                 *trigger: str) -> str:
+def run_notebook(server: ConnectServer, cluster: Cluster, topic: str, group: str, work: Path, *trigger: str) -> str:
     env = {**job_env(), "ROCKETMQ_ACCESS_KEY": ACL_USER, "ROCKETMQ_SECRET_KEY": ACL_PASSWORD}
     done = subprocess.run(
-        [sys.executable, str(NOTEBOOK), "--remote", server.url, "--name-server", cluster.namesrv_addr,
-         "--topic", topic, "--consumer-group", group, "--max-per-trigger", PER_TRIGGER,
-         "--checkpoint", str(work / "checkpoint"), "--output", str(work / "orders"), *trigger],
-        capture_output=True, text=True, cwd=work, env=env, timeout=JOB_TIMEOUT_S, check=False)
+        [
+            sys.executable,
+            str(NOTEBOOK),
+            "--remote",
+            server.url,
+            "--name-server",
+            cluster.namesrv_addr,
+            "--topic",
+            topic,
+            "--consumer-group",
+            group,
+            "--max-per-trigger",
+            PER_TRIGGER,
+            "--checkpoint",
+            str(work / "checkpoint"),
+            "--output",
+            str(work / "orders"),
+            *trigger,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
+        timeout=JOB_TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0, f"the notebook failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done.stdout
 
 
-def test_the_notebook_runs_as_a_scheduled_job_would(connect_server: ConnectServer, spark: Any,
-                                                     acl_cluster: Cluster, unique: Callable[[str], str],
-                                                     tmp_path: Path) -> None:
+def test_the_notebook_runs_as_a_scheduled_job_would(
+    connect_server: ConnectServer, spark: Any, acl_cluster: Cluster, unique: Callable[[str], str], tmp_path: Path
+) -> None:
     topic, group = unique("notebook"), unique("notebook-group")
     acl_cluster.tool("create-topic", "--topic", topic, "--queues", str(QUEUES), *SIGNED)
     sent = acl_cluster.tool("produce", "--topic", topic, "--count", str(FIRST_RUN), "--keys", "n1-{i}", *SIGNED)
@@ -56,8 +77,7 @@ def test_the_notebook_runs_as_a_scheduled_job_would(connect_server: ConnectServe
     second = run_notebook(connect_server, acl_cluster, topic, group, tmp_path)
     # The same checkpoint with an interval trigger, as a notebook that keeps the stream running.
     sent += acl_cluster.tool("produce", "--topic", topic, "--count", str(THIRD_RUN), "--keys", "n3-{i}", *SIGNED)
-    third = run_notebook(connect_server, acl_cluster, topic, group, tmp_path,
-                         "--trigger", TRIGGER, "--until-caught-up")
+    third = run_notebook(connect_server, acl_cluster, topic, group, tmp_path, "--trigger", TRIGGER, "--until-caught-up")
 
     for out in (first, second, third):
         assert f"lag: 0 messages behind on {QUEUES} queues" in out, out

@@ -38,8 +38,20 @@ def topic(rocketmq: ClusterHandle) -> str:
     messages share a store time, and there are many store times."""
     name = f"pushdown-{uuid.uuid4().hex[:8]}"
     create_topic(rocketmq, name, queues=2)
-    produce(rocketmq, name, MESSAGES, "--tags", ",".join(TAGS), "--keys", "m-{i}", "--batch", str(BATCH),
-            "--rate", str(RATE), "--quiet")
+    produce(
+        rocketmq,
+        name,
+        MESSAGES,
+        "--tags",
+        ",".join(TAGS),
+        "--keys",
+        "m-{i}",
+        "--batch",
+        str(BATCH),
+        "--rate",
+        str(RATE),
+        "--quiet",
+    )
     return name
 
 
@@ -56,14 +68,18 @@ def keyed(rows: list[Any]) -> dict[tuple[Any, ...], Any]:
     return {tuple(row[k] for k in KEY): row for row in rows}
 
 
-@pytest.mark.parametrize("columns", [
-    "storeTimestamp TIMESTAMP, keys STRING, queueOffset BIGINT, brokerName STRING, queueId INT, msgId STRING, "
-    "properties MAP<STRING,STRING>, body BINARY",
-    "queueId INT, queueOffset BIGINT, flag INT, brokerName STRING, bornHost STRING, offsetMsgId STRING, "
-    "tags STRING, reconsumeTimes INT, bornTimestamp TIMESTAMP, storeHost STRING, topic STRING",
-])
-def test_a_narrow_schema_gives_the_full_rows_values(spark: Any, rocketmq: ClusterHandle, topic: str,
-                                                     everything: Any, columns: str) -> None:
+@pytest.mark.parametrize(
+    "columns",
+    [
+        "storeTimestamp TIMESTAMP, keys STRING, queueOffset BIGINT, brokerName STRING, queueId INT, msgId STRING, "
+        "properties MAP<STRING,STRING>, body BINARY",
+        "queueId INT, queueOffset BIGINT, flag INT, brokerName STRING, bornHost STRING, offsetMsgId STRING, "
+        "tags STRING, reconsumeTimes INT, bornTimestamp TIMESTAMP, storeHost STRING, topic STRING",
+    ],
+)
+def test_a_narrow_schema_gives_the_full_rows_values(
+    spark: Any, rocketmq: ClusterHandle, topic: str, everything: Any, columns: str
+) -> None:
     reader = spark.read.format("rocketmq").schema(columns).option("nameServer", rocketmq.namesrv_addr)
     df = reader.option("topic", topic).load()
     names = [c.split()[0] for c in columns.split(", ")]
@@ -76,11 +92,19 @@ def test_a_narrow_schema_gives_the_full_rows_values(spark: Any, rocketmq: Cluste
 
 
 def test_a_stream_with_a_narrow_schema_gives_the_full_rows_values(
-        spark: Any, rocketmq: ClusterHandle, topic: str, everything: Any, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, topic: str, everything: Any, tmp_path: Path
+) -> None:
     columns = "keys STRING, queueId INT, brokerName STRING, queueOffset BIGINT"
-    df = (spark.readStream.format("rocketmq").schema(columns).option("nameServer", rocketmq.namesrv_addr)
-          .option("topic", topic).option("consumerGroup", f"{topic}-narrow").option("startingOffsets", "earliest")
-          .option("commitOffsets", "false").load())
+    df = (
+        spark.readStream.format("rocketmq")
+        .schema(columns)
+        .option("nameServer", rocketmq.namesrv_addr)
+        .option("topic", topic)
+        .option("consumerGroup", f"{topic}-narrow")
+        .option("startingOffsets", "earliest")
+        .option("commitOffsets", "false")
+        .load()
+    )
     rows = collect_available_now(df, tmp_path / "checkpoint")
     assert all(row.asDict().keys() == {"keys", "queueId", "brokerName", "queueOffset"} for row in rows)
     full = keyed(everything.collect())
@@ -124,8 +148,9 @@ PREDICATES = [
 ]
 
 
-def test_each_pushed_predicate_gives_the_rows_spark_would_keep(spark: Any, rocketmq: ClusterHandle, topic: str,
-                                                              everything: Any, pushdown_on: None) -> None:
+def test_each_pushed_predicate_gives_the_rows_spark_would_keep(
+    spark: Any, rocketmq: ClusterHandle, topic: str, everything: Any, pushdown_on: None
+) -> None:
     """Every predicate in one job each way (a union of one scan per predicate, each with its own
     pushdown), which keeps the test short on two cores."""
     times = {"t1": store_time_ms(everything, MESSAGES // 3), "t2": store_time_ms(everything, 2 * MESSAGES // 3)}
@@ -159,9 +184,9 @@ def plan_of(spark: Any, df: Any, where: str) -> str:
 
 
 def test_the_plan_shows_exact_filters_pushed_and_store_times_checked_again(
-        spark: Any, rocketmq: ClusterHandle, topic: str, pushdown_on: None) -> None:
-    where = ("brokerName = 'broker-b' AND tags = 'TagA' AND queueOffset > 1 AND "
-             "storeTimestamp >= timestamp_millis(1000)")
+    spark: Any, rocketmq: ClusterHandle, topic: str, pushdown_on: None
+) -> None:
+    where = "brokerName = 'broker-b' AND tags = 'TagA' AND queueOffset > 1 AND storeTimestamp >= timestamp_millis(1000)"
     pushed = spark_filter(plan_of(spark, batch_read(spark, rocketmq, topic, filterPushdown="true"), where))
     assert "broker-b" not in pushed and "TagA" not in pushed and not re.search(r"queueOffset#\w+ >", pushed)
     assert re.search(r"storeTimestamp#\w+ >=", pushed)

@@ -28,7 +28,14 @@ import pytest
 from integration.constants import OUTPUT_TAIL_CHARS, REPO
 from integration.lines import LINES, Driver, LineVenv, LineVenvs, UnitRun
 from integration.support import (
-    ClusterHandle, create_topic, eventually, offsets_and_ends, position, produce, spark_offsets, store_times,
+    ClusterHandle,
+    create_topic,
+    eventually,
+    offsets_and_ends,
+    position,
+    produce,
+    spark_offsets,
+    store_times,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
@@ -113,8 +120,10 @@ def window_topic(rocketmq: ClusterHandle, topic: str) -> Window:
     """Three sends, each a JVM of its own, so their store times are apart; the window is the
     middle one's, from its first store time to just past its last."""
     create_topic(rocketmq, topic, queues=QUEUES)
-    sends = [produce(rocketmq, topic, WINDOW_GROUP, "--keys", f"{topic}-{part}-{{i}}", "--batch", SEND_BATCH)
-             for part in WINDOW_SENDS]
+    sends = [
+        produce(rocketmq, topic, WINDOW_GROUP, "--keys", f"{topic}-{part}-{{i}}", "--batch", SEND_BATCH)
+        for part in WINDOW_SENDS
+    ]
     times = store_times(rocketmq, topic, WINDOW_GROUP * len(sends))
     before, inside, after = ([times[position(m)] for m in send] for send in sends)
     start, end = min(inside), max(inside) + 1
@@ -136,14 +145,32 @@ def data(rocketmq: ClusterHandle) -> Data:
     """Every topic of the module, made and filled once, a few tool runs at a time."""
     run = uuid.uuid4().hex[:8]
     with ThreadPoolExecutor(max_workers=PRODUCERS) as tools:
-        big = tools.submit(shared_topic, rocketmq, f"lines-big-{run}", BIG_QUEUES,
-                           BIG_BROKERS * BIG_QUEUES * BIG_PER_QUEUE, "--batch", str(BIG_PER_QUEUE), "--quiet")
+        big = tools.submit(
+            shared_topic,
+            rocketmq,
+            f"lines-big-{run}",
+            BIG_QUEUES,
+            BIG_BROKERS * BIG_QUEUES * BIG_PER_QUEUE,
+            "--batch",
+            str(BIG_PER_QUEUE),
+            "--quiet",
+        )
         window = tools.submit(window_topic, rocketmq, f"lines-window-{run}")
-        available = tools.submit(shared_topic, rocketmq, f"lines-available-{run}", QUEUES, AVAILABLE,
-                                 "--keys", f"lines-available-{run}-{{i}}", "--batch", SEND_BATCH)
+        available = tools.submit(
+            shared_topic,
+            rocketmq,
+            f"lines-available-{run}",
+            QUEUES,
+            AVAILABLE,
+            "--keys",
+            f"lines-available-{run}-{{i}}",
+            "--batch",
+            SEND_BATCH,
+        )
         lines = {line: tools.submit(line_topics, rocketmq, run, line) for line in LINES}
-        made = Data(available.result(), window.result(), big.result(),
-                    {line: topics.result() for line, topics in lines.items()})
+        made = Data(
+            available.result(), window.result(), big.result(), {line: topics.result() for line, topics in lines.items()}
+        )
     assert len(made.big.ends) == BIG_BROKERS * BIG_QUEUES and set(made.big.ends.values()) == {BIG_PER_QUEUE}
     return made
 
@@ -207,14 +234,29 @@ def settled(rocketmq: ClusterHandle, topic: str, group: str) -> Ends | None:
     return ends if stored == ends else None
 
 
-def available_now_to_the_end(driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, shared: Shared, group: str,
-                             columns: list[str], workdir: Path) -> dict[str, Any]:
+def available_now_to_the_end(
+    driver: Driver,
+    venv: LineVenv,
+    rocketmq: ClusterHandle,
+    shared: Shared,
+    group: str,
+    columns: list[str],
+    workdir: Path,
+) -> dict[str, Any]:
     """An AvailableNow run of a new group from the first offset: it must end at the topic's end,
     and the group's stored offsets must be that end (on 4.0 and 4.1 after a second run on the
     checkpoint, which must read nothing). The first run's answer."""
-    run = {"sink": str(workdir / "sink"), "checkpoint": str(workdir / "checkpoint"), "columns": columns,
-           "options": {"nameServer": rocketmq.namesrv_addr, "topic": shared.topic, "consumerGroup": group,
-                       "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}}
+    run = {
+        "sink": str(workdir / "sink"),
+        "checkpoint": str(workdir / "checkpoint"),
+        "columns": columns,
+        "options": {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": shared.topic,
+            "consumerGroup": group,
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        },
+    }
     first = driver.call("available_now", **run)
     assert spark_offsets(first["triggers"][-1]["endOffset"], shared.topic) == shared.ends
     if not native_available_now(venv):
@@ -237,19 +279,32 @@ def test_the_lines_spark_runs_the_installed_package(venv: LineVenv, driver: Driv
 
 
 def test_a_committed_stream_restarted_on_its_checkpoint_reads_each_message_once(
-        driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = data.lines[line].restart, unique("lines-restart-group")
     sink = tmp_path / "sink"
-    stream = {"name": topic, "sink": str(sink), "checkpoint": str(tmp_path / "checkpoint"), "columns": COLUMNS,
-              "trigger": {"processingTime": INTERVAL},
-              "options": {"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": group,
-                          "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "maxMessagesPerTrigger": str(PER_TRIGGER)}}
+    stream = {
+        "name": topic,
+        "sink": str(sink),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "columns": COLUMNS,
+        "trigger": {"processingTime": INTERVAL},
+        "options": {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": topic,
+            "consumerGroup": group,
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "maxMessagesPerTrigger": str(PER_TRIGGER),
+        },
+    }
     driver.call("start", **stream)
     driver.call("wait", name=topic, rows=STOP_AFTER)
     first = driver.call("stop", name=topic)
     sent = data.lines[line].backlog_keys + keys_of(
-        produce(rocketmq, topic, MORE, "--keys", f"{topic}-b-{{i}}", "--batch", SEND_BATCH))
+        produce(rocketmq, topic, MORE, "--keys", f"{topic}-b-{{i}}", "--batch", SEND_BATCH)
+    )
     driver.call("start", **stream)
+
     # Not a count of rows from the first run's reports: stop() can come after Spark committed a
     # batch and before it reported it. The broker trails the sink by one trigger: the trigger
     # after the last batch stores its end, and it starts only after that batch was reported.
@@ -267,29 +322,50 @@ def test_a_committed_stream_restarted_on_its_checkpoint_reads_each_message_once(
 
 
 def test_available_now_reads_everything_once_and_stores_the_end(
-        driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path) -> None:
-    run = available_now_to_the_end(driver, venv, rocketmq, data.available, unique("lines-available-group"),
-                                   COLUMNS, tmp_path)
+    driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path
+) -> None:
+    run = available_now_to_the_end(
+        driver, venv, rocketmq, data.available, unique("lines-available-group"), COLUMNS, tmp_path
+    )
     assert rows_read(run) == len(data.available.keys)
     assert sink_keys(driver, tmp_path / "sink") == Counter(data.available.keys)
 
 
 def test_a_batch_read_of_a_time_window_reads_exactly_the_messages_stored_in_it(
-        driver: Driver, rocketmq: ClusterHandle, data: Data) -> None:
-    read = driver.call("batch", columns=["keys"], options={
-        "nameServer": rocketmq.namesrv_addr, "topic": data.window.topic,
-        "startingTimestamp": str(data.window.start_ms), "endingTimestamp": str(data.window.end_ms)})
+    driver: Driver, rocketmq: ClusterHandle, data: Data
+) -> None:
+    read = driver.call(
+        "batch",
+        columns=["keys"],
+        options={
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": data.window.topic,
+            "startingTimestamp": str(data.window.start_ms),
+            "endingTimestamp": str(data.window.end_ms),
+        },
+    )
     assert sorted(row[0] for row in read["rows"]) == sorted(data.window.keys)
 
 
 def test_a_new_group_from_the_last_offset_reads_only_what_came_after_it_started(
-        driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = data.lines[line].last, unique("lines-last-group")
     sink = tmp_path / "sink"
-    driver.call("start", name=topic, sink=str(sink), checkpoint=str(tmp_path / "checkpoint"), columns=COLUMNS,
-                trigger={"processingTime": INTERVAL},
-                options={"nameServer": rocketmq.namesrv_addr, "topic": topic, "consumerGroup": group,
-                         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET"})
+    driver.call(
+        "start",
+        name=topic,
+        sink=str(sink),
+        checkpoint=str(tmp_path / "checkpoint"),
+        columns=COLUMNS,
+        trigger={"processingTime": INTERVAL},
+        options={
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": topic,
+            "consumerGroup": group,
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        },
+    )
     # Its first trigger has fixed where each queue starts.
     started = driver.call("wait", name=topic, rows=0)
     new = produce(rocketmq, topic, NEW, "--keys", f"{topic}-new-{{i}}", "--batch", SEND_BATCH)
@@ -303,11 +379,13 @@ def test_a_new_group_from_the_last_offset_reads_only_what_came_after_it_started(
 
 
 def test_a_topic_of_a_thousand_queues_is_read_and_streamed_exactly_once(
-        driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path) -> None:
+    driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path
+) -> None:
     every = Counter((broker, queue, offset) for (broker, queue), end in data.big.ends.items() for offset in range(end))
 
-    read = driver.call("batch", columns=POSITIONS, options={"nameServer": rocketmq.namesrv_addr,
-                                                             "topic": data.big.topic})
+    read = driver.call(
+        "batch", columns=POSITIONS, options={"nameServer": rocketmq.namesrv_addr, "topic": data.big.topic}
+    )
     assert Counter(tuple(row) for row in read["rows"]) == every
 
     run = available_now_to_the_end(driver, venv, rocketmq, data.big, unique("lines-big-group"), POSITIONS, tmp_path)
@@ -316,8 +394,9 @@ def test_a_topic_of_a_thousand_queues_is_read_and_streamed_exactly_once(
 
 
 def test_unit_tests_pass_against_the_installed_wheel(venv: LineVenv, unit_run: UnitRun, tmp_path: Path) -> None:
-    found = venv.run("-c", "import rocketmq_spark; print(rocketmq_spark.__file__)", cwd=tmp_path,
-                     timeout=UNIT_TIMEOUT_S)
+    found = venv.run(
+        "-c", "import rocketmq_spark; print(rocketmq_spark.__file__)", cwd=tmp_path, timeout=UNIT_TIMEOUT_S
+    )
     assert found.stdout.startswith(str(venv.root)), found
     code, output = unit_run.wait(UNIT_TIMEOUT_S)
     assert code == 0, output

@@ -17,8 +17,17 @@ import pytest
 
 from integration.constants import POLL_S, QUERY_TIMEOUT_S, WAVE_GAP_S
 from integration.support import (
-    ClusterHandle, collect_available_now, create_topic, first_offsets, max_offsets, offsets_and_ends, produce,
-    run_available_now, spark_offsets, stored_offsets, stream,
+    ClusterHandle,
+    collect_available_now,
+    create_topic,
+    first_offsets,
+    max_offsets,
+    offsets_and_ends,
+    produce,
+    run_available_now,
+    spark_offsets,
+    stored_offsets,
+    stream,
 )
 
 pytestmark = pytest.mark.integration
@@ -36,11 +45,17 @@ def test_exactly_once_across_a_restart(spark: Any, rocketmq: ClusterHandle, uniq
     out, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
     def start() -> Any:
-        df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                    maxMessagesPerTrigger="3000")
-        return (df.selectExpr("keys", "brokerName", "queueId", "queueOffset").writeStream.format("parquet")
-                .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-                .trigger(processingTime="1 second").start())
+        df = stream(
+            spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", maxMessagesPerTrigger="3000"
+        )
+        return (
+            df.selectExpr("keys", "brokerName", "queueId", "queueOffset")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="1 second")
+            .start()
+        )
 
     query = start()
     deadline = time.monotonic() + QUERY_TIMEOUT_S
@@ -52,11 +67,17 @@ def test_exactly_once_across_a_restart(spark: Any, rocketmq: ClusterHandle, uniq
     assert 0 < first_run < 20_000, "the first run should stop part-way"
 
     produce(rocketmq, topic, 10_000, "--keys", "second-{i}", "--batch", "100", "--quiet")
-    df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                maxMessagesPerTrigger="3000")
-    restarted = (df.selectExpr("keys", "brokerName", "queueId", "queueOffset").writeStream.format("parquet")
-                 .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
+    df = stream(
+        spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", maxMessagesPerTrigger="3000"
+    )
+    restarted = (
+        df.selectExpr("keys", "brokerName", "queueId", "queueOffset")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert restarted.awaitTermination(QUERY_TIMEOUT_S)
 
     keys = Counter(row["keys"] for row in spark.read.parquet(str(out)).select("keys").collect())
@@ -70,8 +91,9 @@ def test_exactly_once_across_a_restart(spark: Any, rocketmq: ClusterHandle, uniq
 # --------------------------------------------------------------------------- 2
 
 
-def test_each_batch_commits_its_end_offsets(spark: Any, rocketmq: ClusterHandle, unique: Unique,
-                                            tmp_path: Path) -> None:
+def test_each_batch_commits_its_end_offsets(
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("commit"), unique("commit-group")
     create_topic(rocketmq, topic, queues=4)
     produce(rocketmq, topic, 400, "--batch", "50", "--quiet")
@@ -80,8 +102,9 @@ def test_each_batch_commits_its_end_offsets(spark: Any, rocketmq: ClusterHandle,
     def on_batch(_: Any, batch_id: int) -> None:
         seen_at_batch[batch_id] = stored_offsets(rocketmq, topic, group)
 
-    df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                maxMessagesPerTrigger="100")
+    df = stream(
+        spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", maxMessagesPerTrigger="100"
+    )
     query = run_available_now(df, tmp_path / "checkpoint", on_batch)
     ends = {p["batchId"]: spark_offsets(p["sources"][0]["endOffset"], topic) for p in query.recentProgress}
     assert len(ends) == 4
@@ -97,7 +120,8 @@ def test_each_batch_commits_its_end_offsets(spark: Any, rocketmq: ClusterHandle,
 
 
 def test_stored_offsets_win_and_other_queues_follow_consume_from_where(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     topic = unique("start")
     create_topic(rocketmq, topic, queues=2)
     first_wave = produce(rocketmq, topic, 80, "--batch", "10")
@@ -106,9 +130,11 @@ def test_stored_offsets_win_and_other_queues_follow_consume_from_where(
     queues = sorted({(row["broker"], row["queueId"]) for row in first_wave + second_wave})
     stored_queue, unstored = queues[0], queues[1:]
     second_positions = {(r["broker"], r["queueId"], r["queueOffset"]) for r in second_wave}
-    boundary = min(row["storeTimestamp"] for row in
-                   rocketmq.tool("consume", "--topic", topic, "--count", "160", "--print")
-                   if (row["broker"], row["queueId"], row["queueOffset"]) in second_positions)
+    boundary = min(
+        row["storeTimestamp"]
+        for row in rocketmq.tool("consume", "--topic", topic, "--count", "160", "--print")
+        if (row["broker"], row["queueId"], row["queueOffset"]) in second_positions
+    )
     wave2_first = {}
     for row in second_wave:
         key = (row["broker"], row["queueId"])
@@ -122,10 +148,22 @@ def test_stored_offsets_win_and_other_queues_follow_consume_from_where(
     }
     for where, (extra, expected_start) in cases.items():
         group = unique("start-group")
-        rocketmq.tool("set-offset", "--topic", topic, "--group", group, "--broker", stored_queue[0],
-                      "--queue", str(stored_queue[1]), "--offset", "3")
+        rocketmq.tool(
+            "set-offset",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--broker",
+            stored_queue[0],
+            "--queue",
+            str(stored_queue[1]),
+            "--offset",
+            "3",
+        )
         rows = collect_available_now(
-            stream(spark, rocketmq, topic, group, consumeFromWhere=where, **extra), tmp_path / where)
+            stream(spark, rocketmq, topic, group, consumeFromWhere=where, **extra), tmp_path / where
+        )
         firsts = first_offsets(rows)
         assert firsts[stored_queue] == 3, where
         for q in unstored:
@@ -151,8 +189,9 @@ def test_tag_filters(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_pa
     sent = produce(rocketmq, topic, 300, "--tags", "TagA,TagB,TagC,Aa,BB", "--keys", "k-{i}", "--batch", "20")
 
     def read(expression: str, group: str) -> list[Any]:
-        df = stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
-                    subExpression=expression)
+        df = stream(
+            spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET", subExpression=expression
+        )
         return collect_available_now(df, tmp_path / group)
 
     # A tag whose hash another shares ("Aa" and "BB") is test_versions' case, on every release.
@@ -180,19 +219,44 @@ def test_tag_filters(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_pa
 def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
     topic, group = unique("rows"), unique("rows-group")
     create_topic(rocketmq, topic, queues=2)
-    sent = produce(rocketmq, topic, 6, "--tags", "标签,TagB", "--keys", "订单-{i} alt-{i}",
-                   "--body", "héllo wörld ✓ {i}", "--prop", "seq={i}", "--prop", "ünï=cödé", "--print-body")
+    sent = produce(
+        rocketmq,
+        topic,
+        6,
+        "--tags",
+        "标签,TagB",
+        "--keys",
+        "订单-{i} alt-{i}",
+        "--body",
+        "héllo wörld ✓ {i}",
+        "--prop",
+        "seq={i}",
+        "--prop",
+        "ünï=cödé",
+        "--print-body",
+    )
     for compress in ("ZLIB", "LZ4", "ZSTD"):
-        sent += produce(rocketmq, topic, 2, "--body", f"{compress}-{{i}}-", "--body-size", "6000",
-                        "--compress", compress, "--print-body")
+        sent += produce(
+            rocketmq,
+            topic,
+            2,
+            "--body",
+            f"{compress}-{{i}}-",
+            "--body-size",
+            "6000",
+            "--compress",
+            compress,
+            "--print-body",
+        )
     sent += produce(rocketmq, topic, 5, "--batch", "5", "--body", "batched {i}", "--print-body")
     rows = collect_available_now(
-        stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET"), tmp_path / "c")
+        stream(spark, rocketmq, topic, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET"), tmp_path / "c"
+    )
+
     def position(m: dict[str, Any]) -> tuple[str, int, int]:
         return m["broker"], m["queueId"], m["queueOffset"]
 
-    stored = {position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)),
-                                                    "--print")}
+    stored = {position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)), "--print")}
     assert len(rows) == len(sent)
     by_position = {(row.brokerName, row.queueId, row.queueOffset): row for row in rows}
     for message in sent:
@@ -212,7 +276,8 @@ def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_p
             if key != "UNIQ_KEY":
                 assert row.properties[key] == value
         assert {k: v for k, v in row.properties.items() if k != "UNIQ_KEY"} == {
-            k: v for k, v in check["properties"].items() if k not in ("MIN_OFFSET", "MAX_OFFSET", "UNIQ_KEY")}
+            k: v for k, v in check["properties"].items() if k not in ("MIN_OFFSET", "MAX_OFFSET", "UNIQ_KEY")
+        }
         assert int(row.storeTimestamp.timestamp() * 1000) == check["storeTimestamp"]
         assert int(row.bornTimestamp.timestamp() * 1000) == check["bornTimestamp"]
         assert row.storeHost.startswith("127.0.0.1:")
@@ -244,6 +309,12 @@ def test_found_without_registering(rocketmq: ClusterHandle, unique: Unique, tmp_
         "print('COUNT', df.count())\n"
         "spark.stop()\n"
     )
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=QUERY_TIMEOUT_S, check=False)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
     assert "COUNT 7" in result.stdout, result.stderr[-3000:]

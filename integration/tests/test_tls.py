@@ -22,7 +22,12 @@ import pytest
 
 from integration.cluster import Cluster, ClusterConfig, shifted
 from integration.support import (
-    FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, collect_available_now, fail_query, own_cluster,
+    FAIL_FAST_LIMIT_S,
+    FAIL_FAST_TIMEOUT_MS,
+    Overhead,
+    collect_available_now,
+    fail_query,
+    own_cluster,
 )
 from integration.tls_setup import TLS_DISABLED, TLS_ENFORCING
 from rocketmq_spark.model import MS_PER_SECOND, ClientConfig
@@ -68,10 +73,25 @@ class TlsCluster:
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    with own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("tls-cluster"), brokers=1, tls=TLS_ENFORCING,
-                                   namesrv_port=TLS_NAMESRV_PORT, broker_ports=(TLS_BROKER_PORT,))) as tls, \
-            own_cluster(ClusterConfig(workdir=tmp_path_factory.mktemp("plain-namesrv"), brokers=0, tls=TLS_DISABLED,
-                                      namesrv_port=PLAIN_NAMESRV_PORT)) as plain:
+    with (
+        own_cluster(
+            ClusterConfig(
+                workdir=tmp_path_factory.mktemp("tls-cluster"),
+                brokers=1,
+                tls=TLS_ENFORCING,
+                namesrv_port=TLS_NAMESRV_PORT,
+                broker_ports=(TLS_BROKER_PORT,),
+            )
+        ) as tls,
+        own_cluster(
+            ClusterConfig(
+                workdir=tmp_path_factory.mktemp("plain-namesrv"),
+                brokers=0,
+                tls=TLS_DISABLED,
+                namesrv_port=PLAIN_NAMESRV_PORT,
+            )
+        ) as plain,
+    ):
         cluster = tls.started
         cluster.tool("create-topic", "--topic", TOPIC, "--queues", str(QUEUES))
         sent = cluster.tool("produce", "--topic", TOPIC, "--count", str(MESSAGES), "--keys", "tls-{i}")
@@ -100,16 +120,17 @@ def test_a_verified_batch_read_reads_everything(spark: Any, tls: TlsCluster) -> 
 
 def test_a_verified_stream_reads_everything(spark: Any, tls: TlsCluster, tmp_path: Path) -> None:
     stream = spark.readStream.format("rocketmq")
-    for key, value in tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-verified",
-                                  startingOffsets="earliest").items():
+    for key, value in tls.options(
+        tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-verified", startingOffsets="earliest"
+    ).items():
         stream = stream.option(key, value)
     assert keys_of(collect_available_now(stream.load(), tmp_path / "checkpoint")) == KEYS
 
 
 @pytest.mark.parametrize("kind", ["stream", "batch"])
-def test_without_the_ca_a_query_fails_at_once_naming_the_certificate(spark: Any, tls: TlsCluster,
-                                                                      overhead: Overhead, kind: str,
-                                                                      tmp_path: Path) -> None:
+def test_without_the_ca_a_query_fails_at_once_naming_the_certificate(
+    spark: Any, tls: TlsCluster, overhead: Overhead, kind: str, tmp_path: Path
+) -> None:
     options = tls.options(tls="true", consumerGroup="it-tls-unverified")
     extra_s, error = fail_query(kind, spark, options, tmp_path, overhead, "without the CA")
     assert f"TLS certificate of {tls.namesrv_addr} rejected: unable to get local issuer certificate" in error, error
@@ -121,8 +142,9 @@ def test_without_the_ca_a_query_fails_at_once_naming_the_certificate(spark: Any,
 def test_an_address_the_certificate_does_not_name_is_refused(tls: TlsCluster) -> None:
     """The name checked is the address connected to: the certificate names 127.0.0.1, not .2."""
     address = f"{UNNAMED_LOOPBACK}:{TLS_NAMESRV_PORT}"
-    config = ClientConfig((address,), tls=True, tls_trust_pem=read_trust_bundle(tls.ca_cert),
-                          tls_trust_path=tls.ca_cert)
+    config = ClientConfig(
+        (address,), tls=True, tls_trust_pem=read_trust_bundle(tls.ca_cert), tls_trust_path=tls.ca_cert
+    )
     with RocketMQClient(config) as client, pytest.raises(CertificateError) as caught:
         client.topic_route(TOPIC)
     message = str(caught.value)
@@ -135,6 +157,7 @@ def test_tls_verify_false_reads_everything_and_warns_once(spark: Any, tls: TlsCl
     """Spark keeps what the Python processes of a query (its planning, each task) log while
     ``spark.sql.pyspark.worker.logging.enabled`` is on: the warning is there once for a read of
     several tasks."""
+
     def warnings() -> int:
         logs = spark.tvf.python_worker_logs()
         return logs.where(logs.msg.contains(UNVERIFIED_TLS_WARNING)).count()
@@ -154,8 +177,10 @@ def test_tls_verify_false_reads_everything_and_warns_once(spark: Any, tls: TlsCl
 
 
 def test_tls_to_a_plain_port_fails_fast(spark: Any, tls: TlsCluster, overhead: Overhead, tmp_path: Path) -> None:
-    options = {**tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-to-plain"),
-               "nameServer": tls.plain_namesrv_addr}
+    options = {
+        **tls.options(tls="true", tlsTrustCertPath=tls.ca_cert, consumerGroup="it-tls-to-plain"),
+        "nameServer": tls.plain_namesrv_addr,
+    }
     extra_s, error = fail_query("stream", spark, options, tmp_path, overhead, "TLS to a plain name server")
     assert f"TLS handshake with {tls.plain_namesrv_addr} failed (the server closed the connection" in error, error
     assert "may not accept TLS on this port" in error and "leave tls unset" in error

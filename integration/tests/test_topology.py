@@ -128,8 +128,9 @@ def wait_all_sent(producer: Producer, count: int, deadline: float) -> list[dict[
         if len(messages) >= count:
             return messages
         code = producer.proc.poll()
-        assert code is None or code == 0, \
+        assert code is None or code == 0, (
             f"the producer failed (exit {code}):\n{producer.err.read_text()[-ERROR_CHARS:]}"
+        )
         assert time.monotonic() < deadline, f"the producer sent {len(messages)} of {count} messages in time"
         time.sleep(POLL_S)
 
@@ -145,8 +146,16 @@ class Stream:
     again), or with ``per_batch`` a foreachBatch sink that writes each batch to a directory of its
     own, replaced when Spark runs the batch again (which the source then reads again)."""
 
-    def __init__(self, spark: Any, handle: ClusterHandle, topic: str, group: str, workdir: Path,
-                 per_batch: bool = False, **options: str) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        handle: ClusterHandle,
+        topic: str,
+        group: str,
+        workdir: Path,
+        per_batch: bool = False,
+        **options: str,
+    ) -> None:
         self.spark, self.handle, self.topic, self.group = spark, handle, topic, group
         self.sink = workdir / "sink"
         self.checkpoint = workdir / "checkpoint"
@@ -198,8 +207,9 @@ class Stream:
             behind = {q: (got.get(q), end) for q, end in sorted(ends.items()) if got.get(q, -1) < end}
             if not behind:
                 return
-            assert time.monotonic() < deadline, \
+            assert time.monotonic() < deadline, (
                 f"{what}: not all read in time; (read up to, end) of the queues behind: {behind}"
+            )
             time.sleep(POLL_S)
 
     def keys(self) -> Counter[str]:
@@ -242,8 +252,9 @@ class Recovery:
     caught_up_s: float  # to the batch that read everything sent
 
 
-def wait_recovery(query: Stream, stood: Mapping[Queue, int], ends: Mapping[Queue, int], since: float,
-                  what: str) -> Recovery:
+def wait_recovery(
+    query: Stream, stood: Mapping[Queue, int], ends: Mapping[Queue, int], since: float, what: str
+) -> Recovery:
     """Until the query has read up to ``ends``; when it first read past ``stood`` (the queues that
     were away, where they stood) and when it had read everything."""
     deadline = time.monotonic() + READ_TIMEOUT_S
@@ -271,7 +282,8 @@ def assert_exact(keys: Counter[str], expected: Iterable[str], what: str) -> None
     exact = not missing and not surplus
     assert exact, (
         f"{what}: {len(missing)} keys missing (e.g. {missing[:SAMPLE]}), {len(repeated)} read more than once "
-        f"(e.g. {repeated[:SAMPLE]}), {len(unexpected)} not expected (e.g. {unexpected[:SAMPLE]})")
+        f"(e.g. {repeated[:SAMPLE]}), {len(unexpected)} not expected (e.g. {unexpected[:SAMPLE]})"
+    )
 
 
 def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapping[Queue, int]) -> None:
@@ -282,8 +294,10 @@ def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapp
         stored, maxima = offsets_and_ends(handle, topic, group)
         if stored == ends and maxima == ends:
             return
-        assert time.monotonic() < deadline, (f"stored offsets {sorted(stored.items())} and max offsets "
-                                             f"{sorted(maxima.items())} are not the ends sent {sorted(ends.items())}")
+        assert time.monotonic() < deadline, (
+            f"stored offsets {sorted(stored.items())} and max offsets "
+            f"{sorted(maxima.items())} are not the ends sent {sorted(ends.items())}"
+        )
         time.sleep(POLL_S)
 
 
@@ -305,8 +319,9 @@ def wait_route(handle: ClusterHandle, topic: str, broker: str, read_queues: int 
     """Until the topic's route gives the broker ``read_queues`` readable queues (None: no route)."""
     deadline = time.monotonic() + ROUTE_TIMEOUT_S
     while (found := read_queue_nums(handle, topic).get(broker)) != read_queues:
-        assert time.monotonic() < deadline, \
+        assert time.monotonic() < deadline, (
             f"the route of {topic} gives {broker} {found} read queues, not {read_queues}"
+        )
         time.sleep(POLL_S)
 
 
@@ -327,8 +342,7 @@ def bring_back(handle: ClusterHandle, broker: str, topic: str) -> float:
     return back
 
 
-def wait_offsets_flushed(handle: ClusterHandle, broker: str, topic: str, group: str,
-                         ends: Mapping[Queue, int]) -> None:
+def wait_offsets_flushed(handle: ClusterHandle, broker: str, topic: str, group: str, ends: Mapping[Queue, int]) -> None:
     """Until the broker has written the group's offsets of its queues to disk: a broker killed
     before that comes back with older ones, and a query started from them would rightly read
     those messages again."""
@@ -361,15 +375,18 @@ def read_by_the_group(spark: Any, handle: ClusterHandle, workdir: Path, topic: s
 
 def print_recovery(scenario: str, event: str, recovery: Recovery, sent_s: float | None = None) -> None:
     sending = "" if sent_s is None else f", its new messages sent after {sent_s:.1f} s"
-    print(f"\n{scenario}: {event}{sending}; first rows read after {recovery.first_row_s:.1f} s, "
-          f"everything after {recovery.caught_up_s:.1f} s")
+    print(
+        f"\n{scenario}: {event}{sending}; first rows read after {recovery.first_row_s:.1f} s, "
+        f"everything after {recovery.caught_up_s:.1f} s"
+    )
 
 
 # ------------------------------------------------------------------ the tests
 
 
-def test_new_query_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                          unique: Callable[[str], str]) -> None:
+def test_new_query_while_a_broker_is_down(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """A new query of a group that stored offsets on every queue, started while broker-b is out
     of the routes: once broker-b is back its queues start at the group's stored offsets, as they
     would have had it been there at the start, not at their min offsets (which reads again all
@@ -395,8 +412,9 @@ def test_new_query_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle
     assert_exact(second.keys(), new, "the new query's sink")
 
 
-def test_available_now_runs_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                                   unique: Callable[[str], str]) -> None:
+def test_available_now_runs_while_a_broker_is_down(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """The same for Trigger.AvailableNow: a first run while broker-b is down reads broker-a's new
     messages; the next run on the checkpoint, once broker-b is back, starts its queues at the
     group's stored offsets and reads only what is new there."""
@@ -430,13 +448,15 @@ def drop_last_commit(checkpoint: Path, broker: str, topic: str) -> int:
         return spark_offsets(lines[OFFSET_LOG_SOURCE_LINE], topic)
 
     start, end = planned(batch - 1), planned(batch)
-    assert any(end[q] > start.get(q, 0) for q in end if q[0] == broker), \
+    assert any(end[q] > start.get(q, 0) for q in end if q[0] == broker), (
         f"batch {batch} reads nothing of {broker}: {start} -> {end}"
+    )
     return batch
 
 
-def test_restart_on_checkpoint_while_a_broker_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                                      unique: Callable[[str], str]) -> None:
+def test_restart_on_checkpoint_while_a_broker_is_down(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """A query restarted on its checkpoint while broker-b is out of the routes lives: first with
     its last batch planned but not committed (it read broker-b, and runs again at the start),
     then restarted once more with every batch committed. It reads broker-a meanwhile, and once
@@ -475,8 +495,9 @@ def test_restart_on_checkpoint_while_a_broker_is_down(spark: Any, two_brokers: C
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
-def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                                          unique: Callable[[str], str]) -> None:
+def test_restart_replays_a_batch_of_a_broker_that_is_down(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """A query restarted on its checkpoint while broker-b is out of the routes, whose last batch
     read broker-b and is not committed (a driver that died between Spark's offset log and its
     commit log): Spark runs that batch again, its ranges fixed by the offset log. Planning it
@@ -487,8 +508,9 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, two_broker
     create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
     sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
-    query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", per_batch=True,
-                   retryBudgetMs=str(REPLAY_RETRY_BUDGET_MS))
+    query = Stream(
+        spark, two_brokers, topic, group, tmp_path / "stream", per_batch=True, retryBudgetMs=str(REPLAY_RETRY_BUDGET_MS)
+    )
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
@@ -515,8 +537,9 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(spark: Any, two_broker
     assert_exact(query.keys(), sent.keys, "the sink")
 
 
-def test_broker_frozen_past_the_retry_budget(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                             unique: Callable[[str], str]) -> None:
+def test_broker_frozen_past_the_retry_budget(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """A broker that hangs (SIGSTOP) stays in the routes with its connections open, and answers
     nothing for longer than retryBudgetMs: the query reads the other broker meanwhile, lives, and
     reads the hung broker's queues once it answers again."""
@@ -532,8 +555,17 @@ def test_broker_frozen_past_the_retry_budget(spark: Any, two_brokers: ClusterHan
         stood = sent.of(BROKER_B)
         frozen_at = time.monotonic()
         cluster.freeze(BROKER_B)
-        producer = Producer(two_brokers.namesrv_addr, tmp_path, topic, DURING, "during", "--batch", str(PRODUCE_BATCH),
-                            "--broker", BROKER_A)
+        producer = Producer(
+            two_brokers.namesrv_addr,
+            tmp_path,
+            topic,
+            DURING,
+            "during",
+            "--batch",
+            str(PRODUCE_BATCH),
+            "--broker",
+            BROKER_A,
+        )
         try:
             thaw_at = frozen_at + FREEZE_S
             sent.add(wait_all_sent(producer, DURING, thaw_at))
@@ -565,8 +597,9 @@ def set_read_queues(handle: ClusterHandle, topic: str, broker: str, read_queues:
     return changed
 
 
-def test_read_queues_lowered_then_raised(spark: Any, two_brokers: ClusterHandle, tmp_path: Path,
-                                         unique: Callable[[str], str]) -> None:
+def test_read_queues_lowered_then_raised(
+    spark: Any, two_brokers: ClusterHandle, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
     """readQueueNums lowered below writeQueueNums: the queues above it still take messages but
     cannot be read. That is no data loss (failOnDataLoss=true): the query reads the other queues
     meanwhile, and once readQueueNums is raised again reads the held queues from where it was,

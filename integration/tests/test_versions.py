@@ -40,12 +40,31 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster
 from integration.constants import (
-    COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, FIRST, QUERY_TIMEOUT_S, TRIGGER, WAVE_GAP_S,
+    COMPRESSIBLE_BODY_BYTES,
+    CONSUMER_ADDED_PROPERTIES,
+    FIRST,
+    QUERY_TIMEOUT_S,
+    TRIGGER,
+    WAVE_GAP_S,
 )
 from integration.support import (
-    ClusterHandle, batch_read, collect_available_now, consumer_progress, create_topic, eventually, fail_batch,
-    first_offsets, max_offsets, offsets_and_ends, position, produce, run_available_now, source_members, store_times,
-    stored_offsets, stream,
+    ClusterHandle,
+    batch_read,
+    collect_available_now,
+    consumer_progress,
+    create_topic,
+    eventually,
+    fail_batch,
+    first_offsets,
+    max_offsets,
+    offsets_and_ends,
+    position,
+    produce,
+    run_available_now,
+    source_members,
+    store_times,
+    stored_offsets,
+    stream,
 )
 from integration.versions import release, selected_version
 
@@ -88,8 +107,9 @@ def row_position(row: Any) -> Position:
     return row.brokerName, row.queueId, row.queueOffset
 
 
-def two_waves(rocketmq: ClusterHandle, topic: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                              dict[Position, int]]:
+def two_waves(
+    rocketmq: ClusterHandle, topic: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[Position, int]]:
     """Two waves of WAVE messages, WAVE_GAP_S apart, and every message's store time."""
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     first = produce(rocketmq, topic, WAVE, "--keys", "w1-{i}", "--batch", str(SEND_BATCH))
@@ -113,7 +133,8 @@ def endpoint(request: pytest.FixtureRequest, rocketmq: ClusterHandle) -> str:
 
 
 def test_first_on_a_fresh_topic_starts_at_each_queues_min_offset(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("v-first"), unique("v-first-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     sent = produce(rocketmq, topic, WAVE)
@@ -125,7 +146,8 @@ def test_first_on_a_fresh_topic_starts_at_each_queues_min_offset(
 
 
 def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """The group stored nothing, so LAST, the default consumeFromWhere (the stream names none),
     applies on every queue: none of the messages is read. A 5.x broker would report offset 0 for a
     new group here unless asked not to guess."""
@@ -140,30 +162,45 @@ def test_last_on_a_fresh_topic_with_messages_in_memory_reads_nothing_old(
 
 
 def test_timestamp_start_of_a_new_group_reads_from_the_first_message_at_or_after_it(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("v-ts"), unique("v-ts-group")
     first, second, times = two_waves(rocketmq, topic)
     # One millisecond after the first wave: the first message at or after it is the second wave's.
     after_first = max(times[position(m)] for m in first) + 1
-    df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=TIMESTAMP,
-                consumeTimestamp=str(after_first))
+    df = stream(
+        spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=TIMESTAMP, consumeTimestamp=str(after_first)
+    )
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in second)
 
 
 def test_stored_offsets_mixed_with_unstored_queues(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """Per queue: a stored offset wins, a stored 0 is a stored offset, and only queues with
     nothing stored follow consumeFromWhere (LAST here)."""
     topic, group = unique("v-mixed"), unique("v-mixed-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     produce(rocketmq, topic, 2 * WAVE, "--batch", str(SEND_BATCH))
     maxima = max_offsets(rocketmq, topic)
-    at_three, at_zero, *unstored = sorted(q for q, top in maxima.items() if top > STORED_AT) + \
-        sorted(q for q, top in maxima.items() if top <= STORED_AT)
+    at_three, at_zero, *unstored = sorted(q for q, top in maxima.items() if top > STORED_AT) + sorted(
+        q for q, top in maxima.items() if top <= STORED_AT
+    )
     for (broker, queue), offset in ((at_three, STORED_AT), (at_zero, 0)):
-        rocketmq.tool("set-offset", "--topic", topic, "--group", group, "--broker", broker, "--queue", str(queue),
-                      "--offset", str(offset))
+        rocketmq.tool(
+            "set-offset",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--broker",
+            broker,
+            "--queue",
+            str(queue),
+            "--offset",
+            str(offset),
+        )
     df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=LAST)
     rows = collect_available_now(df, tmp_path / "c")
     assert first_offsets(rows) == {at_three: STORED_AT, at_zero: 0}
@@ -176,12 +213,14 @@ def test_stored_offsets_mixed_with_unstored_queues(
 
 
 def test_tag_filter_with_hash_colliding_tags(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("v-tags"), unique("v-tags-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     sent = produce(rocketmq, topic, WAVE, "--tags", ",".join(COLLIDING_TAGS), "--keys", "k-{i}")
-    df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST,
-                subExpression=COLLIDING_TAGS[0])
+    df = stream(
+        spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, subExpression=COLLIDING_TAGS[0]
+    )
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(r.keys for r in rows) == sorted(m["keys"] for m in sent if m["tags"] == COLLIDING_TAGS[0])
     stored, ends = offsets_and_ends(rocketmq, topic, group)
@@ -193,8 +232,16 @@ def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique
     topic, group = unique("v-sql"), unique("v-sql-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     produce(rocketmq, topic, WAVE, "--prop", "seq={i}", "--prop", "color=red")
-    df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, expressionType="SQL92",
-                subExpression="seq >= 10 AND seq < 25 AND color = 'red'")
+    df = stream(
+        spark,
+        rocketmq,
+        topic,
+        group,
+        endpoint=endpoint,
+        consumeFromWhere=FIRST,
+        expressionType="SQL92",
+        subExpression="seq >= 10 AND seq < 25 AND color = 'red'",
+    )
     rows = collect_available_now(df, tmp_path / "c")
     assert sorted(int(r.properties["seq"]) for r in rows) == list(range(10, 25))
     stored, ends = offsets_and_ends(rocketmq, topic, group)
@@ -205,19 +252,43 @@ def test_sql92_filter(spark: Any, rocketmq: ClusterHandle, endpoint: str, unique
 
 
 def test_compressed_and_batched_messages_arrive_as_sent(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """Bodies as the producer sent them; properties as the official consumer reads them (a 4.9
     broker drops WAIT=true from single messages it stores, 5.x keeps it)."""
     topic, group = unique("v-shapes"), unique("v-shapes-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     sent = []
     for compress in COMPRESSIONS:
-        sent += produce(rocketmq, topic, 2, "--body", f"{compress}-{{i}}-", "--body-size",
-                        str(COMPRESSIBLE_BODY_BYTES), "--compress", compress, "--prop", "seq={i}", "--print-body")
-    sent += produce(rocketmq, topic, BATCH_SIZE, "--batch", str(BATCH_SIZE), "--body", "batched {i}",
-                    "--prop", "seq={i}", "--print-body")
-    official = {position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)),
-                                                      "--print")}
+        sent += produce(
+            rocketmq,
+            topic,
+            2,
+            "--body",
+            f"{compress}-{{i}}-",
+            "--body-size",
+            str(COMPRESSIBLE_BODY_BYTES),
+            "--compress",
+            compress,
+            "--prop",
+            "seq={i}",
+            "--print-body",
+        )
+    sent += produce(
+        rocketmq,
+        topic,
+        BATCH_SIZE,
+        "--batch",
+        str(BATCH_SIZE),
+        "--body",
+        "batched {i}",
+        "--prop",
+        "seq={i}",
+        "--print-body",
+    )
+    official = {
+        position(m): m for m in rocketmq.tool("consume", "--topic", topic, "--count", str(len(sent)), "--print")
+    }
     df = stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST)
     rows = collect_available_now(df, tmp_path / "c")
     by_position = {row_position(r): r for r in rows}
@@ -231,7 +302,8 @@ def test_compressed_and_batched_messages_arrive_as_sent(
 
 
 def test_msg_id_of_batch_sent_messages_is_what_the_producer_was_told(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """Each row's msgId is the id the producer's SendResult gave that message, not the batch's own
     id that some brokers append after it."""
     topic, group = unique("v-batchid"), unique("v-batchid-group")
@@ -247,7 +319,8 @@ def test_msg_id_of_batch_sent_messages_is_what_the_producer_was_told(
 
 
 def test_commits_show_in_the_releases_own_mqadmin(
-        spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
     """`mqadmin consumerProgress -g` lists every queue with the committed offset and no lag."""
     topic, group = unique("v-admin"), unique("v-admin-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
@@ -262,7 +335,8 @@ def test_commits_show_in_the_releases_own_mqadmin(
 
 
 def test_time_window_backfill_returns_exactly_the_window(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique
+) -> None:
     """[start, end) in store time; both bounds fall between waves, a millisecond after the last
     message before them, so "first at or after" and "nearest" give different answers."""
     topic = unique("v-window")
@@ -278,7 +352,8 @@ def test_time_window_backfill_returns_exactly_the_window(
 
 
 def test_exactly_once_across_a_restart(
-        spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """A stream fails in its third batch after its sink took the rows, then starts again from its
     checkpoint with more messages sent meanwhile: Spark runs that batch again over the offsets it
     planned, and every message reaches the sink once (the sink keeps one copy per batch id, as
@@ -297,11 +372,23 @@ def test_exactly_once_across_a_restart(
             raise RuntimeError(SINK_FAILURE)
 
     def source() -> Any:
-        return stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST,
-                      maxMessagesPerTrigger=str(PER_TRIGGER))
+        return stream(
+            spark,
+            rocketmq,
+            topic,
+            group,
+            endpoint=endpoint,
+            consumeFromWhere=FIRST,
+            maxMessagesPerTrigger=str(PER_TRIGGER),
+        )
 
-    failing = (source().writeStream.foreachBatch(write_then_fail).option("checkpointLocation", str(checkpoint))
-               .trigger(availableNow=True).start())
+    failing = (
+        source()
+        .writeStream.foreachBatch(write_then_fail)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(Exception, match=SINK_FAILURE):
         failing.awaitTermination(QUERY_TIMEOUT_S)
     written = spark.read.parquet(str(sink)).count()
@@ -333,8 +420,11 @@ class Running:
         """Wait until the sink holds ``expected`` rows in all and the stored offsets are the queues' ends;
         then the sink must hold exactly ``expected`` and the query must still run."""
         total = sum(expected.values())
-        eventually(lambda: self.query.exception() is not None or sum(self.keys().values()) >= total,
-                   f"the sink did not reach {total} rows", QUERY_TIMEOUT_S)
+        eventually(
+            lambda: self.query.exception() is not None or sum(self.keys().values()) >= total,
+            f"the sink did not reach {total} rows",
+            QUERY_TIMEOUT_S,
+        )
         assert self.query.exception() is None, self.query.exception()
         ends = max_offsets(rocketmq, topic)
         eventually(lambda: stored_offsets(rocketmq, topic, group) == ends, "stored offsets did not reach the end")
@@ -348,10 +438,15 @@ def running(spark: Any, rocketmq: ClusterHandle, tmp_path: Path) -> Iterator[Cal
 
     def start(topic: str, group: str, endpoint: str | None = None, **options: str) -> Running:
         table = f"reset_sink_{len(queries)}_{int(time.time() * 1000)}"
-        query = (stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, **options)
-                 .select("keys")
-                 .writeStream.format("memory").queryName(table)
-                 .option("checkpointLocation", str(tmp_path / table)).trigger(processingTime=TRIGGER).start())
+        query = (
+            stream(spark, rocketmq, topic, group, endpoint=endpoint, consumeFromWhere=FIRST, **options)
+            .select("keys")
+            .writeStream.format("memory")
+            .queryName(table)
+            .option("checkpointLocation", str(tmp_path / table))
+            .trigger(processingTime=TRIGGER)
+            .start()
+        )
         queries.append(query)
         return Running(query, spark, table)
 
@@ -388,8 +483,9 @@ class ResetBack:
     second: list[dict[str, Any]]
 
 
-def caught_up_then_reset_back(rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, name: str,
-                              **options: str | None) -> ResetBack:
+def caught_up_then_reset_back(
+    rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, name: str, **options: str | None
+) -> ResetBack:
     topic, group = unique(f"v-reset-{name}"), unique(f"v-reset-{name}-group")
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group, **options)
@@ -399,7 +495,8 @@ def caught_up_then_reset_back(rocketmq: ClusterHandle, running: Callable[..., Ru
 
 
 def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, endpoint: str) -> None:
+    rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, endpoint: str
+) -> None:
     """Through a 5.x proxy too: there the stream is the proxy's client, not the brokers', so the
     reset reaches it only as the stored offsets the proxy reads from the brokers for it."""
     reset = caught_up_then_reset_back(rocketmq, running, unique, "back", endpoint=endpoint)
@@ -409,15 +506,18 @@ def test_reset_by_time_back_replays_the_reset_over_messages_once_more(
 
 @pytest.mark.parametrize("tool", ["resetOffsetByTime", "skipAccumulatedMessage"])
 def test_reset_forward_skips_what_it_passes_over(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tool: str) -> None:
+    rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tool: str
+) -> None:
     """The stream waits for more messages than there are (minMessagesPerTrigger), online in its
     group, so that the operator's reset passes over messages it has not read; its next batch, when
     enough have come after the reset offsets, starts there."""
     topic, group = unique("v-reset-fwd"), unique("v-reset-fwd-group")
     first, second, times = two_waves(rocketmq, topic)
     stream_ = running(topic, group, minMessagesPerTrigger=str(3 * WAVE))
-    eventually(lambda: stored_offsets(rocketmq, topic, group) == first_offsets_of(rocketmq, topic),
-               "the waiting stream did not store where it stands")
+    eventually(
+        lambda: stored_offsets(rocketmq, topic, group) == first_offsets_of(rocketmq, topic),
+        "the waiting stream did not store where it stands",
+    )
     if tool == "skipAccumulatedMessage":
         rocketmq.mqadmin("skipAccumulatedMessage", "-g", group, "-t", topic)
         read: tuple[list[dict[str, Any]], ...] = ()
@@ -434,14 +534,16 @@ def first_offsets_of(rocketmq: ClusterHandle, topic: str) -> dict[tuple[str, int
 
 
 def test_an_ignored_reset_keeps_the_streams_position_and_its_own_stored_offsets(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+    rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique
+) -> None:
     reset = caught_up_then_reset_back(rocketmq, running, unique, "ignore", onOffsetReset="ignore")
     third = produce(rocketmq, reset.topic, WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
     reset.stream.settled(rocketmq, reset.topic, reset.group, keys_of(reset.first, reset.second, third))
 
 
 def test_fail_stops_the_query_naming_the_reset_and_the_option(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique) -> None:
+    rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique
+) -> None:
     reset = caught_up_then_reset_back(rocketmq, running, unique, "fail", onOffsetReset="fail")
     query, topic = reset.stream.query, reset.topic
     eventually(lambda: query.exception() is not None, "the query did not stop", QUERY_TIMEOUT_S)
@@ -451,8 +553,9 @@ def test_fail_stops_the_query_naming_the_reset_and_the_option(
     assert any(f"{topic}/{m['broker']}/{m['queueId']}: " in message for m in reset.second)
 
 
-def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
-                            topic: str) -> dict[tuple[str, int], int]:
+def consumer_status_offsets(
+    rocketmq: ClusterHandle, group: str, client_id: str, topic: str
+) -> dict[tuple[str, int], int]:
     """The queue offsets ``mqadmin consumerStatus -g <group> -i <client>`` prints under #Consumer Offset#."""
     printed = rocketmq.mqadmin("consumerStatus", "-g", group, "-i", client_id)
     section = printed.split("#Consumer Offset#", 1)[1].split("#Consumer MQ Detail#", 1)[0]
@@ -461,8 +564,12 @@ def consumer_status_offsets(rocketmq: ClusterHandle, group: str, client_id: str,
 
 
 def test_consumer_status_shows_the_running_streams_subscription_and_queues(
-        rocketmq: ClusterHandle, running: Callable[..., Running], unique: Unique, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    rocketmq: ClusterHandle,
+    running: Callable[..., Running],
+    unique: Unique,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(tmp_path)  # consumerStatus writes each member's running info under the current directory
     topic, group = unique("v-status"), unique("v-status-group")
     first, second, _ = two_waves(rocketmq, topic)
@@ -495,8 +602,8 @@ def strict_brokers(rocketmq: ClusterHandle) -> Iterator[None]:
 
 
 def test_a_batch_read_without_a_group_works_on_a_strict_broker_and_creates_no_group(
-        spark: Any, rocketmq: ClusterHandle, strict_brokers: None, endpoint: str, unique: Unique,
-        tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, strict_brokers: None, endpoint: str, unique: Unique, tmp_path: Path
+) -> None:
     """The brokers refuse a group they do not hold (a made-up one fails), yet a read without a
     group gets exactly the messages and leaves the brokers' groups as they were."""
     topic = unique("v-strict-batch")
@@ -511,7 +618,8 @@ def test_a_batch_read_without_a_group_works_on_a_strict_broker_and_creates_no_gr
 
 
 def test_a_stream_reads_and_commits_as_a_group_the_operator_created_on_a_strict_broker(
-        spark: Any, rocketmq: ClusterHandle, strict_brokers: None, unique: Unique, tmp_path: Path) -> None:
+    spark: Any, rocketmq: ClusterHandle, strict_brokers: None, unique: Unique, tmp_path: Path
+) -> None:
     topic, group = unique("v-strict-stream"), unique("v-strict-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     sent = produce(rocketmq, topic, WAVE // 2)
@@ -534,8 +642,13 @@ class Secured:
     sent: list[dict[str, Any]]  # as the official consumer reads them, store times included
 
     def options(self, secret_key: str = ACL_PASSWORD, **more: str) -> dict[str, str]:
-        return {"nameServer": self.cluster.namesrv_addr, "topic": self.topic, "accessKey": ACL_USER,
-                "secretKey": secret_key, **more}
+        return {
+            "nameServer": self.cluster.namesrv_addr,
+            "topic": self.topic,
+            "accessKey": ACL_USER,
+            "secretKey": secret_key,
+            **more,
+        }
 
 
 @pytest.fixture(scope="module")

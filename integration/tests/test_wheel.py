@@ -46,7 +46,9 @@ def test_the_distributions_carry_what_pypi_and_pip_need(dist: Dist) -> None:
     assert not {n for n in names if n.startswith(("tests/", "integration/", "bench/", "docs/"))}
     assert meta["Name"] == "rocketmq-spark" and meta["Version"] == rocketmq_spark.__version__
     assert meta["License"] == "Apache-2.0" and meta["Requires-Python"] == ">=3.10"
-    assert "LICENSE" in meta.get_all("License-File", []) and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "LICENSE" in meta.get_all("License-File", []) and any(
+        n.endswith(".dist-info/licenses/LICENSE") for n in names
+    )
     requires: list[str] = meta.get_all("Requires-Dist", [])
     # An installed PySpark (a platform's, often where pip cannot see it) is never replaced: the
     # base requirements are what the source imports besides Spark, and PyPI's PySpark is an extra.
@@ -62,22 +64,40 @@ def test_the_distributions_carry_what_pypi_and_pip_need(dist: Dist) -> None:
     assert {"setup.cfg", "pyproject.toml", "README.md", "LICENSE", "pyspark_rocketmq.py", *package} <= members
 
 
-def test_stream_through_connect(line_venvs: LineVenvs, dist: Dist, rocketmq: ClusterHandle,
-                                unique: Callable[[str], str], tmp_path: Path) -> None:
+def test_stream_through_connect(
+    line_venvs: LineVenvs, dist: Dist, rocketmq: ClusterHandle, unique: Callable[[str], str], tmp_path: Path
+) -> None:
     venv = line_venvs.get(CONNECT_LINE)
-    run(venv.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{dist.wheel}[connect]",
-        cwd=tmp_path)
+    run(
+        venv.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{dist.wheel}[connect]", cwd=tmp_path
+    )
     assert find_pyspark(venv.python, tmp_path) == venv.before, "the connect extra replaced PySpark"
     topic, group = unique("wheel"), unique("wheel-group")
     create_topic(rocketmq, topic, queues=2)
     sent = produce(rocketmq, topic, MESSAGES, "--keys", "w-{i}", "--batch", "50")
     sink = tmp_path / "sink"
     with ConnectServer(tmp_path / "server", WHEEL_CONNECT_PORT, venv.python) as server:
-        streamed = job_result("stream", [
-            "--remote", server.url, "--sink", str(sink), "--checkpoint", str(tmp_path / "checkpoint"), "--read-back",
-            *source_options(nameServer=rocketmq.namesrv_addr, topic=topic, consumerGroup=group,
-                            consumeFromWhere=FIRST, maxMessagesPerTrigger=PER_TRIGGER),
-        ], tmp_path / "client", venv.python)
+        streamed = job_result(
+            "stream",
+            [
+                "--remote",
+                server.url,
+                "--sink",
+                str(sink),
+                "--checkpoint",
+                str(tmp_path / "checkpoint"),
+                "--read-back",
+                *source_options(
+                    nameServer=rocketmq.namesrv_addr,
+                    topic=topic,
+                    consumerGroup=group,
+                    consumeFromWhere=FIRST,
+                    maxMessagesPerTrigger=PER_TRIGGER,
+                ),
+            ],
+            tmp_path / "client",
+            venv.python,
+        )
 
     assert streamed["spark"] == CONNECT_LINE and streamed["client"] == CONNECT_CLIENT
     assert streamed["package"].startswith(str(venv.root))

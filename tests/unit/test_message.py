@@ -10,6 +10,7 @@ import lz4.frame
 import pytest
 import zstandard
 
+from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.records.columns import ArrowColumns, walk_columns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES, ROCKETMQ_DEFAULT_MAX_MESSAGE_BYTES
 from rocketmq_spark.records.decoder import decode_pulls
@@ -17,7 +18,6 @@ from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.errors import BodyTooLargeError, ProtocolError
-from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
 from tests.records import (
     as_python,

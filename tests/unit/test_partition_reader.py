@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rocketmq_spark.model import EXPRESSION_SQL92, SUBSCRIBE_ALL, MessageQueue
+from rocketmq_spark.model import EXPRESSION_SQL92, SUBSCRIBE_ALL, MessageQueue, parse_tag_expression
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import PullResult, PullStatus
 from rocketmq_spark.remoting.errors import (
@@ -31,7 +31,6 @@ from rocketmq_spark.remoting.errors import (
 )
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import partition_reader as reader
-from rocketmq_spark.model import parse_tag_expression
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import (
