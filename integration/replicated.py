@@ -93,9 +93,6 @@ class ReplicatedCluster(Cluster):
     def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config)
         self._replicas = {r.name: r for r in replicas(config)} if config.layout in REPLICAS else {}
-        # How long each replica took from its start until it was registered, the last time.
-        self.boot_s: dict[str, float] = {}
-        self._spawned_at = 0.0
 
     def start(self, keep_data: bool = False) -> ReplicatedCluster:
         cfg = self.config
@@ -139,7 +136,6 @@ class ReplicatedCluster(Cluster):
         return self._spawn("namesrv", name, NAMESRV_MAIN, NAMESRV_HEAP, ["-c", str(conf)], ports, ready)
 
     def _spawn_brokers(self) -> list[Server]:
-        self._spawned_at = time.monotonic()
         return [self._spawn_replica(r) for r in self._replicas.values()]
 
     def _spawn_replica(self, replica: Replica) -> Server:
@@ -155,8 +151,6 @@ class ReplicatedCluster(Cluster):
         DLedger group elects one a few seconds after its brokers start)."""
         for broker_name in dict.fromkeys(r.broker_name for r in self._replicas.values()):
             self._wait(partial(self._serving, broker_name), f"{broker_name}: every replica and a master", deadline)
-            for replica in self.replicas(broker_name):
-                self.boot_s[replica.name] = time.monotonic() - self._spawned_at
 
     def _serving(self, broker_name: str) -> bool:
         names = [r.name for r in self.replicas(broker_name)]
@@ -172,11 +166,9 @@ class ReplicatedCluster(Cluster):
             return
         if self.running(name):
             raise ClusterError(f"{name} is running; stop or kill it first")
-        began = time.monotonic()
-        deadline = began + READY_TIMEOUT_S
+        deadline = time.monotonic() + READY_TIMEOUT_S
         wait_ready(self._spawn_replica(replica), deadline)
         self._wait(lambda: self._lists(replica.broker_name, [name]), f"{name} registered again", deadline)
-        self.boot_s[name] = time.monotonic() - began
 
     # ----------------------------------------------------------------- what the name server says
 
