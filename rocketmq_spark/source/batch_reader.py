@@ -67,7 +67,11 @@ class RocketMQBatchReader(DataSourceReader):
         return {q: opts.ending_offsets.get(q, latest[q]) for q in queues}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RocketMQPartition)
+        if not isinstance(partition, RocketMQPartition):
+            # PySpark runs one task of InputPartition(None) when partitions() planned none: an
+            # empty topic, or ranges that are all empty. It reads nothing.
+            assert partition.value is None, f"not a partition of this source: {partition!r}"
+            return iter(())
         return read_partition(partition)
 
 

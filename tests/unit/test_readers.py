@@ -12,6 +12,7 @@ import json
 import logging
 
 import pytest
+from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
@@ -267,6 +268,14 @@ def batch(fake: FakeOffsets, **extra: str) -> list[tuple[MessageQueue, int, int]
 def test_a_batch_reads_from_earliest_to_latest_by_default() -> None:
     fake = FakeOffsets({A0: (3, 10), A1: (0, 0), B0: (0, 2)})
     assert batch(fake) == [(A0, 3, 10), (B0, 0, 2)]
+
+
+def test_a_batch_with_nothing_to_read_plans_no_partition_and_reads_no_row() -> None:
+    """PySpark runs one task of InputPartition(None) when partitions() planned none."""
+    fake = FakeOffsets({A0: (0, 0), B0: (4, 4)})
+    reader = RocketMQBatchReader(options(streaming=False), open_offsets=lambda _: fake)  # type: ignore[arg-type,return-value]
+    assert reader.partitions() == []
+    assert list(reader.read(InputPartition(None))) == []
 
 
 def test_a_batch_reads_a_time_window() -> None:
