@@ -27,6 +27,7 @@ from rocketmq_spark.remoting.errors import (
     QueueNotReadableError,
     RequestTimeoutError,
     RocketMQError,
+    TopicNotFoundError,
 )
 from rocketmq_spark.remoting.replicas import Replicas, rejected
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID
@@ -151,6 +152,10 @@ class PullSender:
         except BrokerResponseError as err:
             if QueueNotReadableError.refused(err):
                 raise QueueNotReadableError(str(self.rng.queue), err) from err
+            if pull.broker_id != MASTER_BROKER_ID and isinstance(err, TopicNotFoundError):
+                uncopied = _TopicNotCopied(pull, err)
+                self._failed(pull, uncopied)
+                raise uncopied from err
             self._failed(pull, err)
             raise
         except RocketMQError as err:
@@ -197,9 +202,21 @@ class _Behind(RocketMQError):
         self.address = pull.address
 
 
+class _TopicNotCopied(RocketMQError):
+    """A slave that does not know the topic: it copies its master's topics only every 10 s (4.9)
+    or once a minute (5.x), and not at all while the master is down. Only a master's word says
+    a topic is gone: the slave is passed over and the pull retried, as for one behind."""
+
+    retriable = True
+
+    def __init__(self, pull: Pull, error: TopicNotFoundError) -> None:
+        super().__init__(f"replica {pull.broker_id} at {pull.address} does not serve the topic yet: {error}")
+        self.address = pull.address
+
+
 # Failures after which a replica is passed over: it cannot be reached, does not answer, or is a
-# slave behind the planned offsets.
-_PASSED_OVER_FOR = (ConnectionFailedError, RequestTimeoutError, _Behind)
+# slave behind the planned offsets or without the topic.
+_PASSED_OVER_FOR = (ConnectionFailedError, RequestTimeoutError, _Behind, _TopicNotCopied)
 
 
 def _behind(start: int, result: PullResult) -> bool:

@@ -13,7 +13,12 @@ import pytest
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import PullResult
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, NoReplicaError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError,
+    ConnectionFailedError,
+    NoReplicaError,
+    TopicNotFoundError,
+)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.partition import RocketMQPartition
@@ -26,6 +31,7 @@ END = 100
 # Retries that wait little, so a test that waits for a master's return takes a second or two.
 QUICK = Retry(budget_s=30.0, first_backoff_s=0.01, max_backoff_s=0.05)
 REFUSAL = "[REJECTREQUEST]system busy, start flow control for a while"
+NO_TOPIC = "topic[t] not exist, apply first please!"
 
 
 class Replicas(HeldPulls):
@@ -39,6 +45,7 @@ class Replicas(HeldPulls):
         self.queues = {address: FakeQueue(max_offset) for address, max_offset in holds.items()}
         self.down: set[str] = set()
         self.refusing: set[str] = set()
+        self.without_topic: set[str] = set()  # replicas that have not copied the topic yet
         self.suggesting: dict[str, int] = {}  # address -> the broker id its answers suggest
         self.sent_to: list[str] = []
         self.changes: list[tuple[int, dict[int, str], set[str]]] = []  # (after n pulls, routes, down)
@@ -59,6 +66,8 @@ class Replicas(HeldPulls):
         pending: Any = self.queues[address].pull_async(address, queue, offset, **kwargs)
         if address in self.refusing:
             pending = Refused(address)
+        elif address in self.without_topic:
+            pending = NoTopic(address)
         elif address in self.suggesting:
             pending = Suggesting(pending, self.suggesting[address])
         return self.checked(offset, pending)
@@ -75,6 +84,16 @@ class Refused:
 
     def result(self) -> PullResult:
         raise BrokerResponseError(ResponseCode.SYSTEM_BUSY, REFUSAL, address=self.address)
+
+
+class NoTopic:
+    """A slave that has not copied the topic from its master: every pull answered code 17."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def result(self) -> PullResult:
+        raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, NO_TOPIC, address=self.address)
 
 
 class Suggesting:
@@ -115,6 +134,25 @@ def test_a_slave_that_refuses_reads_is_waited_past_until_the_master_is_back() ->
     client.after(12, {0: MASTER, SLAVE_ID: SLAVE}, set())  # the master back
     assert read(client) == list(range(END))
     assert SLAVE in client.sent_to and client.sent_to[-1] == MASTER
+
+
+def test_a_slave_that_has_not_copied_the_topic_is_waited_past_until_the_master_is_back() -> None:
+    """A slave answers TOPIC_NOT_EXIST for a topic created less than a minute before its master
+    died (5.x slaves copy topics once a minute): that is no word on the topic, only a master's is."""
+    client = Replicas({0: MASTER, SLAVE_ID: SLAVE}, {MASTER: END, SLAVE: END})
+    client.without_topic.add(SLAVE)
+    client.after(3, {SLAVE_ID: SLAVE}, {MASTER})
+    client.after(12, {0: MASTER, SLAVE_ID: SLAVE}, set())
+    assert read(client) == list(range(END))
+    assert SLAVE in client.sent_to and client.sent_to[-1] == MASTER
+
+
+def test_a_master_without_the_topic_fails_the_read_at_once() -> None:
+    client = Replicas({0: MASTER, SLAVE_ID: SLAVE}, {MASTER: END, SLAVE: END})
+    client.without_topic.add(MASTER)
+    with pytest.raises(TopicNotFoundError):
+        read(client)
+    assert client.sent_to == [MASTER] * len(client.sent_to)
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
