@@ -176,7 +176,8 @@ class PullSender:
         if not pull.address or not (isinstance(error, _PASSED_OVER_FOR) or rejected(error)):
             return
         self.tried.append(pull.address)
-        self.replicas.failed(pull.address, self.rng.queue.topic)
+        as_slave = rejected(error) or isinstance(error, (_Behind, _TopicNotCopied))
+        self.replicas.failed(pull.address, self.rng.queue.topic, as_slave=as_slave)
         if self._replica is not None and self._replica[1] == pull.address:
             self._replica = None
 
