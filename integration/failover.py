@@ -1,5 +1,6 @@
 """What the failover tests (integration/tests/test_failover.py) share: one replicated cluster at a
-time, what was sent, a stream run in the tests' own Spark session, and the exactly-once checks.
+time, what was sent, a stream run by the tests' own Spark (the ``spark`` fixture), and the
+exactly-once checks.
 
 A failover is timed from the SIGKILL to the end of the first batch planned after it that read
 rows: that batch's ranges were planned on the routes after the failure and every row of it came
@@ -124,8 +125,8 @@ class Failure:
 
 
 class Stream:
-    """A processing-time query of the topic into a parquet sink with a checkpoint, in the tests'
-    Spark session: the sink holds each row once however often Spark runs a batch again."""
+    """A processing-time query of the topic into a parquet sink with a checkpoint, run by the
+    tests' own Spark: the sink holds each row once however often Spark runs a batch again."""
 
     def __init__(
         self, spark: Any, handle: ClusterHandle, topic: str, group: str, workdir: Path, **options: str

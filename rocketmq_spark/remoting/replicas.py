@@ -14,7 +14,9 @@ routes list who serves now; a reader pulls from:
 An address that failed to answer or refused is passed over for ``PASSED_OVER_S`` while another
 replica is listed, and the routes are asked again (at most every ``MIN_ROUTE_REFRESH_S`` per
 topic), so a new master elected at another address is found within a second of being
-registered. Offsets are the same on every replica, so any replica serves a planned range.
+registered. What a replica said as a slave (it refuses reads, is behind, lacks the topic) no
+longer counts once the routes list it as the master: a follower just elected is read at once.
+Offsets are the same on every replica, so any replica serves a planned range.
 
 Writes and the group's stored offsets go only to a master (``master``). An acting master (a slave
 that 5.x name servers list as brokerId 0 while ``enableActingMaster`` is on and the master is
@@ -77,7 +79,8 @@ class Replicas:
     fetch_route: Callable[[str], TopicRoute]
     clock: Callable[[], float] = time.monotonic
     _topics: dict[str, _Topic] = field(default_factory=dict)
-    _passed_over: dict[str, float] = field(default_factory=dict)  # address -> until when
+    # address -> (until when, whether it failed as a slave: refused, behind, without the topic)
+    _passed_over: dict[str, tuple[float, bool]] = field(default_factory=dict)
     _suggested: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (topic, broker, queue) -> id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -115,10 +118,15 @@ class Replicas:
         broker = self.route(topic).brokers.get(broker_name)
         if broker is None:
             return []
+        master = broker.addresses.get(MASTER_BROKER_ID)
         with self._lock:
             suggested = None if queue_id is None else self._suggested.get((topic, broker_name, queue_id))
             now = self.clock()
-            passed = {a for a, until in self._passed_over.items() if until > now} if self._passed_over else set()
+            passed = {
+                a
+                for a, (until, as_slave) in self._passed_over.items()
+                if until > now and not (as_slave and a == master)
+            }
         return read_order(broker.addresses, suggested, passed)
 
     def read_replica(self, topic: str, broker_name: str, queue_id: int | None = None) -> tuple[int, str]:
@@ -140,11 +148,13 @@ class Replicas:
         with self._lock:
             self._suggested[(topic, broker_name, queue_id)] = broker_id
 
-    def failed(self, address: str, topic: str | None = None) -> None:
+    def failed(self, address: str, topic: str | None = None, as_slave: bool = False) -> None:
         """An address did not answer or refused: pass it over for a while, and ask the routes of
-        ``topic`` (of every topic if None) again soon, as a new master may be registered elsewhere."""
+        ``topic`` (of every topic if None) again soon, as a new master may be registered elsewhere.
+        ``as_slave``: it answered as a slave does (refused reads, behind, without the topic),
+        which says nothing of it once the routes list it as the master."""
         with self._lock:
-            self._passed_over[address] = self.clock() + PASSED_OVER_S
+            self._passed_over[address] = (self.clock() + PASSED_OVER_S, as_slave)
             for name, entry in self._topics.items():
                 if topic is None or name == topic:
                     entry.stale = True

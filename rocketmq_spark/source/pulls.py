@@ -153,10 +153,9 @@ class PullSender:
             if QueueNotReadableError.refused(err):
                 raise QueueNotReadableError(str(self.rng.queue), err) from err
             if pull.broker_id != MASTER_BROKER_ID and isinstance(err, TopicNotFoundError):
-                # A 5.x slave learns a new topic from its master only about once a minute.
-                behind = _Behind(pull, str(err))
-                self._failed(pull, behind)
-                raise behind from err
+                uncopied = _TopicNotCopied(pull, err)
+                self._failed(pull, uncopied)
+                raise uncopied from err
             self._failed(pull, err)
             raise
         except RocketMQError as err:
@@ -177,7 +176,8 @@ class PullSender:
         if not pull.address or not (isinstance(error, _PASSED_OVER_FOR) or rejected(error)):
             return
         self.tried.append(pull.address)
-        self.replicas.failed(pull.address, self.rng.queue.topic)
+        as_slave = rejected(error) or isinstance(error, (_Behind, _TopicNotCopied))
+        self.replicas.failed(pull.address, self.rng.queue.topic, as_slave=as_slave)
         if self._replica is not None and self._replica[1] == pull.address:
             self._replica = None
 
@@ -201,9 +201,21 @@ class _Behind(RocketMQError):
         self.address = pull.address
 
 
+class _TopicNotCopied(RocketMQError):
+    """A slave that does not know the topic: it copies its master's topics only every 10 s (4.9)
+    or once a minute (5.x), and not at all while the master is down. Only a master's word says
+    a topic is gone: the slave is passed over and the pull retried, as for one behind."""
+
+    retriable = True
+
+    def __init__(self, pull: Pull, error: TopicNotFoundError) -> None:
+        super().__init__(f"replica {pull.broker_id} at {pull.address} does not serve the topic yet: {error}")
+        self.address = pull.address
+
+
 # Failures after which a replica is passed over: it cannot be reached, does not answer, or is a
-# slave behind the planned offsets.
-_PASSED_OVER_FOR = (ConnectionFailedError, RequestTimeoutError, _Behind)
+# slave behind the planned offsets or without the topic.
+_PASSED_OVER_FOR = (ConnectionFailedError, RequestTimeoutError, _Behind, _TopicNotCopied)
 
 
 def _behind(start: int, result: PullResult) -> bool:

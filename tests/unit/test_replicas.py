@@ -102,6 +102,21 @@ def test_a_master_that_moved_is_found_within_a_second_of_a_failure(how: str) -> 
     assert names.asked == asked + 1
 
 
+def test_a_follower_that_refused_is_read_at_once_once_elected() -> None:
+    """A DLedger follower refuses reads (no slaveReadEnable) while the group has no leader; elected
+    a moment later, what it said as a follower no longer counts. A master that cannot be reached is
+    still passed over while a slave is listed."""
+    found, names, clock = replicas({1: SLAVE, 2: OTHER})  # the leader gone
+    found.failed(SLAVE, TOPIC, as_slave=True)
+    found.failed(OTHER, TOPIC, as_slave=True)
+    names.addresses = {0: SLAVE, 2: OTHER}  # SLAVE elected
+    clock.now += MIN_ROUTE_REFRESH_S
+    assert found.read_replicas(TOPIC, "broker-a") == [(0, SLAVE), (2, OTHER)]
+    clock.now += PASSED_OVER_S  # the refusals are forgotten
+    found.failed(SLAVE, TOPIC)  # the new leader cannot be reached
+    assert found.read_replica(TOPIC, "broker-a")[1] == OTHER
+
+
 def test_routes_are_reused_until_they_age_when_nothing_fails() -> None:
     found, names, clock = replicas({0: MASTER})
     for _ in range(3):
