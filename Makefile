@@ -100,8 +100,10 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # name servers gone, the Spark driver killed mid-batch, and a relay in front of one broker that
 # delays, stalls, resets and cuts its traffic (docs/operations.md#failures); then the topology cases
 # on two brokers of their own (integration/tests/test_topology.py): a new query and a restart while a
-# broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised. About 10.5
-# minutes on 2 cores.
+# broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised; then the
+# failovers of replicated clusters of their own (integration/tests/test_failover.py): master-slave
+# on 5.3.3 (with and without slave reads) and 4.9.7, a DLedger group, controller mode, a batch read
+# served by a slave. About 17 to 20 minutes on 2 cores (docs/development/testing.md).
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
