@@ -20,7 +20,7 @@ from typing import Any
 
 from integration.cluster_config import ClusterConfig, shifted
 from integration.replicated import ReplicatedCluster
-from integration.support import ClusterHandle, offsets_and_ends, produce, spark_offsets, stream
+from integration.support import ClusterHandle, produce, spark_offsets, stream
 from integration.versions import DEFAULT_VERSION
 
 # The clusters' ports (a block no other test module uses); replicas and the controller derive
@@ -215,21 +215,6 @@ def assert_exact(rows: Counter[tuple[str, Position]], sent: Sent, what: str) -> 
         f"{what}: {len(missing)} messages missing (e.g. {sorted(missing)[:SAMPLE]}), {len(surplus)} rows not "
         f"expected or repeated (e.g. {sorted(surplus)[:SAMPLE]})"
     )
-
-
-def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapping[Queue, int]) -> None:
-    """Until the group's stored offset of every queue, on its master, is the queue's max offset
-    there, which is where the producer's messages end (the official client reads both)."""
-    deadline = time.monotonic() + STORED_TIMEOUT_S
-    while True:
-        stored, maxima = offsets_and_ends(handle, topic, group)
-        if stored == ends and maxima == ends:
-            return
-        assert time.monotonic() < deadline, (
-            f"stored offsets {sorted(stored.items())} and max offsets {sorted(maxima.items())} are not the "
-            f"ends sent {sorted(ends.items())}"
-        )
-        time.sleep(POLL_S)
 
 
 def seconds(value: float | None) -> str:

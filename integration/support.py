@@ -9,14 +9,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
-from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO
+from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO, STORED_TIMEOUT_S
 from integration.versions import DEFAULT_VERSION, release
 from rocketmq_spark.model import MS_PER_SECOND
 from rocketmq_spark.remoting import codes
@@ -423,3 +423,22 @@ def logging_env(directory: Path) -> tuple[dict[str, str], Path]:
     (site / "sitecustomize.py").write_text(SITE_CUSTOMIZE.format(path=str(source_log)))
     path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path}, source_log
+
+
+# A queue as the Java tool and the progress reports name it: (broker name, queue id).
+Queue = tuple[str, int]
+
+
+def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapping[Queue, int]) -> None:
+    """Until the group's stored offset of every queue, on its master, is the queue's max offset
+    there, which is where the producer's messages end (the official client reads both)."""
+    deadline = time.monotonic() + STORED_TIMEOUT_S
+    while True:
+        stored, maxima = offsets_and_ends(handle, topic, group)
+        if stored == ends and maxima == ends:
+            return
+        assert time.monotonic() < deadline, (
+            f"stored offsets {sorted(stored.items())} and max offsets {sorted(maxima.items())} are not the "
+            f"ends sent {sorted(ends.items())}"
+        )
+        time.sleep(POLL_S)

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from integration.cluster_config import BROKER_A, BROKER_B, BROKER_NAMES
-from integration.constants import FIRST, POLL_S, STORED_TIMEOUT_S, TRIGGER
+from integration.constants import FIRST, POLL_S, TRIGGER
 from integration.faults import Producer
 from integration.javatool import json_lines
-from integration.support import ClusterHandle, create_topic, offsets_and_ends, spark_offsets, stream
+from integration.support import ClusterHandle, create_topic, spark_offsets, stream, wait_stored_at_max
 from rocketmq_spark.source.routes import ROUTE_REFRESH_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -284,21 +284,6 @@ def assert_exact(keys: Counter[str], expected: Iterable[str], what: str) -> None
         f"{what}: {len(missing)} keys missing (e.g. {missing[:SAMPLE]}), {len(repeated)} read more than once "
         f"(e.g. {repeated[:SAMPLE]}), {len(unexpected)} not expected (e.g. {unexpected[:SAMPLE]})"
     )
-
-
-def wait_stored_at_max(handle: ClusterHandle, topic: str, group: str, ends: Mapping[Queue, int]) -> None:
-    """Until the group's stored offset of every queue is the queue's max offset, which is where
-    the producer's messages end, as the official client reads both."""
-    deadline = time.monotonic() + STORED_TIMEOUT_S
-    while True:
-        stored, maxima = offsets_and_ends(handle, topic, group)
-        if stored == ends and maxima == ends:
-            return
-        assert time.monotonic() < deadline, (
-            f"stored offsets {sorted(stored.items())} and max offsets "
-            f"{sorted(maxima.items())} are not the ends sent {sorted(ends.items())}"
-        )
-        time.sleep(POLL_S)
 
 
 # ------------------------------------------------------------------ the brokers
