@@ -33,10 +33,9 @@ from integration.failover import (
     handle_of,
     positions,
     report,
-    wait_stored_at_max,
 )
 from integration.replicated import ReplicatedCluster
-from integration.support import batch_read, create_topic
+from integration.support import batch_read, create_topic, wait_stored_at_max
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
