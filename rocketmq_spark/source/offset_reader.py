@@ -27,7 +27,13 @@ from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError, RocketMQError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError,
+    NoReplicaError,
+    ProtocolError,
+    RocketMQError,
+    TopicNotFoundError,
+)
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
@@ -165,11 +171,18 @@ class OffsetReader:
         )
         found: dict[MessageQueue, QueueOffsets] = {}
         unanswered: dict[str, RocketMQError] = {}
+        from_slaves = self.without_master()
         for (_, broker, a), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, ProtocolError) or (
                 isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
             ):
                 self._no_topic_stats.add(a)  # from now on, queue by queue
+            elif isinstance(outcome, TopicNotFoundError) and broker in from_slaves:
+                # A slave that has not copied the topic yet answers its max offsets with 0, which
+                # is not where its queues stand: no replica serves them until it catches up or a
+                # master is back.
+                unanswered[broker] = NoReplicaError(broker, [a], outcome)
+                self.routes.changed(failed=[a])
             elif isinstance(outcome, RocketMQError):
                 # Retriable: the broker may have gone; else (a topic deleted on the broker, say)
                 # its queues' own answers say where they stand, as they did before stats.
@@ -200,9 +213,37 @@ class OffsetReader:
             wanted = [q for q in wanted if q in routed]
         if hold_unreachable:
             wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
+        else:
+            latest.update(self._served_again(wanted, unanswered))
         rest = [q for q in wanted if q not in latest]
         latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
         return {q: latest[q] for q in wanted}
+
+    def _served_again(
+        self, wanted: list[MessageQueue], unanswered: Mapping[str, RocketMQError]
+    ) -> dict[MessageQueue, int]:
+        """The max offsets of the queues no replica serves now, once one does: a read that cannot
+        hold them (a batch) waits for a master or a slave that caught up, under the retry policy,
+        and then fails naming the broker and the replicas tried; it never plans them as empty."""
+        waiting = [q for q in wanted if isinstance(unanswered.get(q.broker_name), NoReplicaError)]
+        latest: dict[MessageQueue, int] = {}
+
+        def attempt() -> None:
+            routed = self.queues(missing_ok=True)  # asked again after a failure (``changed``)
+            ask = [q for q in waiting if q not in latest]
+            stats, still = self._topic_stats([q for q in ask if q in routed])
+            self._known_min.update({q: s.min_offset for q, s in stats.items()})
+            latest.update({q: s.max_offset for q, s in stats.items() if q in waiting})
+            for queue in ask:
+                if queue not in routed:  # the slave left too: no replica of it is registered
+                    still.setdefault(queue.broker_name, NoReplicaError(queue.broker_name, []))
+            missing = sorted({q.broker_name for q in ask if q not in latest and q.broker_name in still})
+            if missing:
+                raise still[missing[0]]
+
+        if waiting:  # the broker is known, so not the short start policy: its whole budget
+            self.options.retry.call(attempt, "max offsets")
+        return latest
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:
         """Each queue's first offset: from the last topic stats where they gave it, else from
