@@ -266,12 +266,21 @@ class ReplicatedCluster(Cluster):
                     behind += self._not_in_sync(client, data.broker_name)
         return behind
 
+    def knows_topic(self, replica_name: str, topic: str) -> bool:
+        """Whether the replica holds the topic's config: a slave copies its master's topics only
+        now and then (see ``spread_topic``), and not at all while the master is down."""
+        with self._client() as client:
+            return topic in self._topics(client, self._replicas[replica_name])
+
+    @staticmethod
+    def _topics(client: RocketMQClient, replica: Replica) -> dict[str, Any]:
+        return dict(_json(client.invoke(replica.address, GET_ALL_TOPIC_CONFIG).body).get("topicConfigTable", {}))
+
     def _replica_behind(
         self, client: RocketMQClient, replica: Replica, topic: str, queues: Sequence[MessageQueue], ends: Sequence[int]
     ) -> list[str]:
         try:
-            topics = _json(client.invoke(replica.address, GET_ALL_TOPIC_CONFIG).body).get("topicConfigTable", {})
-            if topic not in topics:
+            if topic not in self._topics(client, replica):
                 return [f"{replica.name} does not know {topic} yet"]
             offsets = [client.max_offset(replica.address, q) for q in queues]
         except RocketMQError as err:

@@ -46,6 +46,9 @@ MESSAGES = 2_000
 # reads them from it.
 AFTER_ELECTION = 400
 MAX_PER_TRIGGER = "100"
+# A topic the slave has not copied: a few messages, and a short budget to wait for a replica.
+UNCOPIED_MESSAGES = 40
+UNCOPIED_BUDGET_MS = 4_000
 ROWS_BEFORE_FAILURE = 300
 # How long the master stays out of the routes where no replica serves reads: less than the
 # stream's retryBudgetMs (60 s by default), which a pull waits for a replica that serves it. It
@@ -201,6 +204,36 @@ def test_batch_read_while_the_master_is_down(spark: Any, clusters: Clusters, uni
     read_s = time.monotonic() - began
     assert_exact(positions(rows), scenario.sent, "the batch read")
     report("batch read with the master down, from its slave", [("read in", read_s)])
+
+
+def test_batch_read_of_a_topic_the_slave_has_not_copied(
+    spark: Any, clusters: Clusters, unique: Callable[[str], str]
+) -> None:
+    """A topic created just before its master dies is unknown to a 5.x slave, which answers its
+    max offsets with 0: a batch read waits for a replica that serves it for retryBudgetMs, then
+    fails naming the broker name; it never reads the topic as empty. (Should the slave's copy of
+    the master's topics have come between the creation and the kill, the read is exact.)"""
+    cluster = clusters.get(LAYOUT_MASTER_SLAVE, slave_read=True)
+    handle = handle_of(cluster)
+    topic = unique("failover-uncopied")
+    create_topic(handle, topic, queues=QUEUES)  # on the master only, as an operator creates it
+    sent = Sent()
+    sent.add(handle, topic, UNCOPIED_MESSAGES, "uncopied")
+    master = cluster.master(BROKER)
+    assert master is not None
+    cluster.kill(master)
+    slave = next(r.name for r in cluster.replicas(BROKER) if r.name != master)
+    began = time.monotonic()
+    if cluster.knows_topic(slave, topic):
+        rows = batch_read(spark, handle, topic).select(*SINK_COLUMNS).collect()
+        assert_exact(positions(rows), sent, "the batch read of a topic the slave copied in time")
+        outcome = "read exactly, the slave had copied the topic"
+    else:
+        with pytest.raises(Exception, match=rf"no replica of broker {BROKER} serves its queues now") as failed:
+            batch_read(spark, handle, topic, retryBudgetMs=str(UNCOPIED_BUDGET_MS)).collect()
+        assert "tried" in str(failed.value), failed.value
+        outcome = "failed naming the broker name, as the slave lacks the topic"
+    report(f"batch read of a topic the slave has not copied: {outcome}", [("answered in", time.monotonic() - began)])
 
 
 def test_master_down_no_slave_reads(

@@ -214,18 +214,26 @@ class OffsetReader:
         if hold_unreachable:
             wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
         else:
-            latest.update(self._served_again(wanted, unanswered))
+            latest.update(self._served_again([q for q in wanted if q not in latest], unanswered))
         rest = [q for q in wanted if q not in latest]
         latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
         return {q: latest[q] for q in wanted}
 
     def _served_again(
-        self, wanted: list[MessageQueue], unanswered: Mapping[str, RocketMQError]
+        self, unknown: list[MessageQueue], unanswered: Mapping[str, RocketMQError]
     ) -> dict[MessageQueue, int]:
-        """The max offsets of the queues no replica serves now, once one does: a read that cannot
-        hold them (a batch) waits for a master or a slave that caught up, under the retry policy,
-        and then fails naming the broker and the replicas tried; it never plans them as empty."""
-        waiting = [q for q in wanted if isinstance(unanswered.get(q.broker_name), NoReplicaError)]
+        """Of queues whose max offset is not known yet, those no replica serves now or that a
+        slave serves since the routes were asked again (their master died meanwhile): their max
+        offsets from topic stats, once a replica serves them, as a slave without the topic
+        answers a max offset of 0. A read that cannot hold them (a batch) waits for a master or a
+        slave that caught up, under the retry policy, then fails naming the broker and the
+        replicas tried; it never plans them as empty."""
+        from_slaves = self.without_master()
+        waiting = [
+            q
+            for q in unknown
+            if q.broker_name in from_slaves or isinstance(unanswered.get(q.broker_name), NoReplicaError)
+        ]
         latest: dict[MessageQueue, int] = {}
 
         def attempt() -> None:

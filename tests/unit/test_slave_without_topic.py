@@ -15,7 +15,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.codec import RemotingCommand
-from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.offset_reader import OffsetReader
@@ -90,6 +90,35 @@ class SlaveWithoutTopic(FakeBrokers):
             return err
 
 
+class DeadMasterListed(SlaveWithoutTopic):
+    """The name server still lists the killed master in the first routes the read asks for; its
+    address refuses connections, and the routes asked again list the slave alone."""
+
+    def __init__(self, back_after: int | None = None) -> None:
+        super().__init__(back_after)
+        self.routes_asked = 0
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        self.routes_asked += 1
+        if self.routes_asked <= len(TOPICS):  # the first look, one route per topic
+            self.master_down = False
+            try:
+                return super().topic_route(topic)
+            finally:
+                self.master_down = True
+        return super().topic_route(topic)
+
+    def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
+        dead = self.address(DOWN)
+        live = super().call_many([(a, c) for a, c in addressed if a != dead], window) if self.master_down else None
+        if live is None:
+            return super().call_many(addressed, window)
+        return [
+            ConnectionFailedError(f"cannot connect to {a}: refused") if a == dead else live.pop(0)
+            for a, _ in addressed
+        ]
+
+
 def options(kind: ReadKind, clock: Clock) -> SourceOptions:
     parsed = parse_options(
         {
@@ -133,6 +162,15 @@ def test_a_batch_fails_naming_the_broker_and_the_slave_when_none_serves_for_the_
     with pytest.raises(NoReplicaError, match=rf"broker {DOWN} .*tried {SLAVE}.*not exist"):
         planned(brokers, clock)
     assert clock.now >= BUDGET_S / 2  # it waited, not failed on the first answer
+
+
+def test_a_batch_that_finds_the_master_dead_asks_the_slave_for_topic_stats_too() -> None:
+    # The dead master's queues are asked again at the slave the fresh routes list: by topic
+    # stats, which the slave answers TOPIC_NOT_EXIST, not by a max offset it answers 0.
+    brokers, clock = DeadMasterListed(back_after=2), Clock()
+    ranges = planned(brokers, clock)
+    assert ranges == {q: (0, MESSAGES) for q in brokers.max}
+    assert brokers.asked_slave >= 2
 
 
 def test_a_stream_holds_the_queues_and_reads_the_other_brokers() -> None:
