@@ -20,14 +20,15 @@ import pytest
 from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.connect import ConnectServer
 from integration.constants import REPO
-from integration.javatool import serve_commands
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
 from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
+from integration.toolserver import serve_commands
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
 
-# The tests' tool commands run in JVMs that stay for the next command (integration/toolserver.py).
+# The tests' tool and mqadmin commands run in JVMs that stay for the next command
+# (integration/toolserver.py).
 serve_commands()
 # The two-broker cluster of the tests that stop, kill, freeze or reconfigure a broker: ports of
 # its own, apart from every other cluster of a run.

@@ -1,15 +1,18 @@
-"""The Java test tool kept running: ``Tool serve`` runs its commands one after another in one JVM.
+"""The Java test tool and mqadmin kept running: one JVM runs their commands one after another.
 
-Each run of the tool as a command of its own starts a JVM and loads RocketMQ's client, two to three
-seconds of CPU before it sends a request; a test run sends hundreds of tool commands. A
-``ToolServer`` is one such JVM, fed a command a line on stdin; its answer is the command's output,
-up to the line the tool prints when the command ended. The tool stays the same independent party:
-the same commands on the same official client, only the JVM lives on.
+Each run of the tool or of mqadmin as a command of its own starts a JVM and loads RocketMQ's
+client, two to three seconds of CPU before it sends a request; a test run sends hundreds of such
+commands. A ``ToolServer`` is one JVM (``Tool serve``, or ``AdminServe`` on a release's own
+classpath for its mqadmin), fed a command a line on stdin; its answer is the command's output, up
+to the line that says the command ended. They stay the same independent parties: the same
+commands on the same official client and the release's own mqadmin, only the JVM lives on.
 
-Servers are pooled per TLS switch (the client's TLS settings are system properties, read once per
-JVM); a thread that finds none idle starts another, so threads that run the tool at once each get
-their own. Each server is retired after ``COMMANDS_PER_SERVER`` commands, so that whatever the
-client's threads and caches leave behind never piles up, and every server ends with its process.
+Servers are pooled by a key that names what a JVM was started with (the tool's TLS switch, whose
+settings are system properties read once per JVM; a cluster's mqadmin with its release, home and
+settings); a thread that finds none idle starts another, so threads that run commands at once
+each get their own. Each server is retired after ``COMMANDS_PER_SERVER`` commands, so that
+whatever the client's threads and caches leave behind never piles up, and every server ends with
+its process. Only processes that call ``serve_commands`` (the tests) use them.
 """
 
 from __future__ import annotations
@@ -27,9 +30,8 @@ from pathlib import Path
 from integration.cluster_config import ClusterError
 from integration.constants import OUTPUT_TAIL_CHARS, STOP_TIMEOUT_S
 
-SERVE = "serve"
 # What the tool reads between a command's arguments, and what ends a command's output on stderr,
-# then on stdout: "#END 0" (done) or "#END 1" (failed, its error on stderr before it).
+# then on stdout: a newline and "#END 0" (done) or "#END 1" (failed, its error on stderr before it).
 SEPARATOR = "\t"
 END = "#END "
 # A fresh JVM after this many commands.
@@ -37,16 +39,43 @@ COMMANDS_PER_SERVER = 200
 # How long a command may run when its caller names no timeout (the tool's own waits are shorter).
 COMMAND_TIMEOUT_S = 600.0
 
-Command = Callable[[Sequence[str], Path], list[str]]
+# What a server was started with; the java command line of a server, given a home of its own.
+Key = tuple[str, ...]
+Command = Callable[[Path], list[str]]
+
+
+class _Mode:
+    """Whether this process keeps JVMs running for the next command (``serve_commands``)."""
+
+    serving = False
+
+
+def serve_commands() -> None:
+    """From now on this process runs tool and mqadmin commands in JVMs that stay for the next
+    command, as the tests do. The benchmark, which times the tool's own consumer, and the command
+    line keep a JVM per command."""
+    _Mode.serving = True
+
+
+def serving() -> bool:
+    return _Mode.serving
+
+
+def _ended(output: str) -> str:
+    """A command's output without the newline the server put before its end line."""
+    return output.removesuffix("\n")
 
 
 class ToolServer:
-    """One ``Tool serve`` JVM, its stdout and stderr read by threads of its own."""
+    """One JVM that serves commands, its stdout and stderr read by threads of its own."""
 
-    def __init__(self, java_command: Command) -> None:
+    def __init__(self, command: Command) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="rocketmq-tool-"))
+        # Its working directory is its home too: what a command writes there (mqadmin
+        # consumerStatus writes each member's running info) goes when the server does.
         self.process = subprocess.Popen(
-            java_command([SERVE], self.home),
+            command(self.home),
+            cwd=self.home,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -57,6 +86,9 @@ class ToolServer:
         self.errors: list[str] = []
         self.errors_ended = threading.Semaphore(0)
         self.commands = 0
+        # A command was sent and its end not read (the caller gave up, or was interrupted): the
+        # rest of its output would be taken for the next command's, so the server is not reused.
+        self.busy = False
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -83,6 +115,7 @@ class ToolServer:
         assert self.process.stdin is not None
         began = len(self.errors)
         self.commands += 1
+        self.busy = True
         self.process.stdin.write(SEPARATOR.join(argv) + "\n")
         self.process.stdin.flush()
         deadline = time.monotonic() + (COMMAND_TIMEOUT_S if timeout is None else timeout)
@@ -100,11 +133,13 @@ class ToolServer:
             if line.startswith(END):
                 # The same line on stderr came first: once it is read, so is the command's stderr.
                 self.errors_ended.acquire(timeout=STOP_TIMEOUT_S)
-                return int(line[len(END) :]), "".join(out), "".join(self.errors[began:])
+                self.busy = False
+                return int(line[len(END) :]), _ended("".join(out)), _ended("".join(self.errors[began:]))
             out.append(line)
 
     def usable(self) -> bool:
-        return self.process.poll() is None and self.commands < COMMANDS_PER_SERVER
+        """Whether the next command may go to this server."""
+        return not self.busy and self.process.poll() is None and self.commands < COMMANDS_PER_SERVER
 
     def close(self) -> None:
         """Ends the JVM (it stops at the end of its stdin) and removes its home."""
@@ -120,32 +155,34 @@ class ToolServer:
 
 
 class ToolServers:
-    """Idle servers per TLS switch; ``run`` borrows one, or starts one when none is idle."""
+    """Idle servers by key; ``run`` borrows one, or starts one when none is idle."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: dict[bool, list[ToolServer]] = {}
+        self.idle: dict[Key, list[ToolServer]] = {}
         atexit.register(self.close)
 
-    def run(self, java_command: Command, tls: bool, argv: Sequence[str], timeout: float | None) -> tuple[int, str, str]:
+    def run(self, key: Key, command: Command, argv: Sequence[str], timeout: float | None) -> tuple[int, str, str]:
+        """The command's exit status (0: done), its stdout and its stderr, from a server of ``key``."""
         with self.lock:
-            pool = self.idle.setdefault(tls, [])
+            pool = self.idle.setdefault(key, [])
             server = pool.pop() if pool else None
         if server is None:
-            server = ToolServer(java_command)
+            server = ToolServer(command)
         try:
             return server.run(argv, timeout)
         finally:
             if server.usable():
                 with self.lock:
-                    self.idle[tls].append(server)
+                    self.idle.setdefault(key, []).append(server)
             else:
                 server.close()
 
-    def close(self) -> None:
+    def close(self, prefix: Key = ()) -> None:
+        """Ends the idle servers whose key starts with ``prefix`` (all by default)."""
         with self.lock:
-            servers = [server for pool in self.idle.values() for server in pool]
-            self.idle.clear()
+            keys = [key for key in self.idle if key[: len(prefix)] == prefix]
+            servers = [server for key in keys for server in self.idle.pop(key)]
         for server in servers:
             server.close()
 

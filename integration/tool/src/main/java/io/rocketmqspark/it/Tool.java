@@ -65,8 +65,6 @@ public final class Tool {
     private static final String V4_PREFIX = "V4_";
     private static final String SUBSCRIBE_ALL = "*";
     private static final String SERVE = "serve";
-    private static final String SERVE_SEPARATOR = "\t";
-    private static final String SERVE_END = "#END ";
 
     private Tool() {}
 
@@ -104,28 +102,29 @@ public final class Tool {
     }
 
     /**
-     * Commands one per line on stdin, their arguments separated by tabs, run one after another in
-     * this JVM: a test run starts the JVM and loads the client once instead of once per command.
-     * After each command's output comes a line {@code #END 0} (done) or {@code #END 1} (failed,
-     * its error on stderr), on stderr first, then on stdout. Ends when stdin does.
+     * Commands one per line on stdin, run one after another in this JVM ({@link Served} has the
+     * protocol): a test run starts the JVM and loads the client once instead of once per command.
+     * Ends when stdin does.
      */
     private static void serve() throws Exception {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         for (String line = in.readLine(); line != null; line = in.readLine()) {
             int status = 0;
             try {
-                if (!run(line.split(SERVE_SEPARATOR, -1))) {
+                if (!run(Served.arguments(line))) {
                     usage();
                     status = 1;
                 }
             } catch (Exception e) {
                 e.printStackTrace();
                 status = 1;
+            } catch (Error e) {
+                // The JVM may be in no state for the next command: this one fails, and the server ends.
+                e.printStackTrace();
+                Served.end(1);
+                System.exit(1);
             }
-            System.err.println(SERVE_END + status);
-            System.err.flush();
-            System.out.println(SERVE_END + status);
-            System.out.flush();
+            Served.end(status);
         }
     }
 
