@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -64,7 +63,7 @@ from integration.cluster_config import (
     write_properties,
 )
 from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S
-from integration.javatool import TOOL_HEAP, run_tool, tool_command
+from integration.javatool import forget_mqadmin, run_mqadmin, run_tool, tool_command
 from integration.processes import (
     READY_TIMEOUT_S,
     ProcessError,
@@ -124,7 +123,6 @@ STATE_FILE_NAME = "cluster.json"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
-MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
 NAMESRV_READY = "The Name Server boot success"
 BROKER_READY = "boot success"
@@ -350,6 +348,7 @@ class Cluster:
             terminate(list(reversed(self.servers)))
         self.servers = []
         self.state_file.unlink(missing_ok=True)
+        forget_mqadmin(self.config.workdir)
 
     def stop_broker(self, name: str) -> None:
         """Stop one broker (its store stays), as an operator restarting it would."""
@@ -447,22 +446,14 @@ class Cluster:
             "rocketmq.client.logLevel": "WARN",
             **(client_properties() if cfg.tls_clients else {}),
         }
-        cmd = java_command(
-            MQADMIN_MAIN,
-            classpath,
-            TOOL_HEAP,
-            cfg.release.jvm_flags,
-            props,
-            [*args, "-n", namesrv or self.namesrv_addr],
-        )
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        argv = [*args, "-n", namesrv or self.namesrv_addr]
+        status, stdout, stderr = run_mqadmin(classpath, cfg.release.jvm_flags, props, argv, cfg.workdir)
         # mqadmin exits 0 when a sub-command fails; only its stderr tells.
-        if check and (result.returncode != 0 or MQADMIN_FAILED in result.stderr):
+        if check and (status != 0 or MQADMIN_FAILED in stderr):
             raise ClusterError(
-                f"mqadmin {' '.join(args)} failed:\n{result.stdout[-OUTPUT_TAIL_CHARS:]}\n"
-                f"{result.stderr[-OUTPUT_TAIL_CHARS:]}"
+                f"mqadmin {' '.join(args)} failed:\n{stdout[-OUTPUT_TAIL_CHARS:]}\n{stderr[-OUTPUT_TAIL_CHARS:]}"
             )
-        return result.stdout
+        return stdout
 
 
 def cluster_for(config: ClusterConfig) -> Cluster:

@@ -23,9 +23,13 @@ from integration.constants import REPO
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
 from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
+from integration.toolserver import serve_commands
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
 
+# The tests' tool and mqadmin commands run in JVMs that stay for the next command
+# (integration/toolserver.py).
+serve_commands()
 # The two-broker cluster of the tests that stop, kill, freeze or reconfigure a broker: ports of
 # its own, apart from every other cluster of a run.
 TWO_BROKERS_NAMESRV_PORT = shifted(11876)

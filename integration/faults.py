@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from integration.cluster_config import BROKER_NAMES, ClusterConfig, shifted
 from integration.connect import SPARKJOBS, job_env
 from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, STORED_TIMEOUT_S
-from integration.javatool import json_lines, tool_command
+from integration.javatool import json_lines, run_tool, tool_command
 from integration.relay import RELAY_HOST
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -68,27 +68,35 @@ def namesrv_of(config: ClusterConfig, index: int) -> str:
 # ------------------------------------------------------------------ producing
 
 
+def produce_args(topic: str, count: int, prefix: str, *args: str) -> list[str]:
+    """The tool's produce arguments for ``count`` messages with bodies and keys ``<prefix>-<i>``."""
+    return [
+        "--topic",
+        topic,
+        "--count",
+        str(count),
+        "--body",
+        f"{prefix}-{{i}}",
+        "--keys",
+        f"{prefix}-{{i}}",
+        "--print-body",
+        *args,
+    ]
+
+
+def produce(namesrv_addr: str, topic: str, count: int, prefix: str, *args: str) -> list[dict[str, Any]]:
+    """Send as ``Producer`` does, and wait for it: one dict per message sent."""
+    return run_tool(namesrv_addr, "produce", *produce_args(topic, count, prefix, *args), timeout=PRODUCER_TIMEOUT_S)
+
+
 class Producer:
     """The official producer, sending ``count`` messages with bodies ``<prefix>-<i>`` in the
-    background; ``wait`` gives one dict per message sent."""
+    background, in a JVM of its own; ``wait`` gives one dict per message sent."""
 
     def __init__(self, namesrv_addr: str, workdir: Path, topic: str, count: int, prefix: str, *args: str) -> None:
         self.out = workdir / f"produce-{prefix}.out"
         self.err = workdir / f"produce-{prefix}.err"
-        cmd = tool_command(
-            namesrv_addr,
-            "produce",
-            "--topic",
-            topic,
-            "--count",
-            str(count),
-            "--body",
-            f"{prefix}-{{i}}",
-            "--keys",
-            f"{prefix}-{{i}}",
-            "--print-body",
-            *args,
-        )
+        cmd = tool_command(namesrv_addr, "produce", *produce_args(topic, count, prefix, *args))
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
 

@@ -41,13 +41,13 @@ from integration.cluster import (
 from integration.cluster_config import (
     FAST_CHANNEL_PORT_OFFSET,
     LAYOUT_CONTROLLER,
-    LOOPBACK,
     PROXY_MODE_LOCAL,
     ClusterConfig,
     ClusterError,
     namesrv_name,
     write_properties,
 )
+from integration.constants import LOOPBACK
 from integration.processes import READY_TIMEOUT_S, Server, wait_ready
 from integration.replicated_config import (
     CONTROLLER_READY,

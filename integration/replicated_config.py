@@ -22,11 +22,11 @@ from integration.cluster_config import (
     LAYOUT_CONTROLLER,
     LAYOUT_DLEDGER,
     LAYOUT_MASTER_SLAVE,
-    LOOPBACK,
     ClusterConfig,
     broker_settings,
     broker_store,
 )
+from integration.constants import LOOPBACK
 
 REPLICAS = {LAYOUT_MASTER_SLAVE: 2, LAYOUT_DLEDGER: 3, LAYOUT_CONTROLLER: 2}
 REPLICA_PORT_STEP = 30

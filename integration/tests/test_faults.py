@@ -40,6 +40,7 @@ from integration.faults import (
     fault_cluster,
     gaps,
     namesrv_of,
+    produce,
     sink_rows,
     wait_stored_at_end,
 )
@@ -126,6 +127,10 @@ class Scenario:
     def sent(self, producer: Producer) -> None:
         self.produced += producer.wait()
 
+    def send_now(self, count: int, prefix: str, *args: str) -> None:
+        """Send and wait until every message is sent."""
+        self.produced += produce(self.tools_namesrv, self.topic, count, prefix, *args)
+
     def revive(self) -> None:
         """Start the query again on its checkpoint if the fault ended it."""
         if not self.job.alive():
@@ -191,7 +196,7 @@ def run_scenario(
     ``during`` and ``after`` are the producer's extra arguments while the fault lands and after it.
     """
     try:
-        scenario.sent(scenario.send(BEFORE, "before", "--batch", PRODUCE_BATCH))
+        scenario.send_now(BEFORE, "before", "--batch", PRODUCE_BATCH)
         scenario.job.wait_commits(WARM_BATCHES)
         producer = scenario.send(during_count, "during", "--rate", DURING_RATE, *during)
         producer.wait_sending()
@@ -199,7 +204,7 @@ def run_scenario(
         ended = fault(scenario)
         scenario.sent(producer)
         scenario.revive()
-        scenario.sent(scenario.send(AFTER, "after", "--batch", PRODUCE_BATCH, *after))
+        scenario.send_now(AFTER, "after", "--batch", PRODUCE_BATCH, *after)
         caught_up_s = scenario.wait_caught_up()
         outcome = scenario.outcome
         outcome.longest_gap_s, outcome.recovered_s = gaps(scenario.job.commit_times(), ended)
@@ -239,7 +244,7 @@ def test_broker_killed_and_restarted(
         # Killed as soon as the stream has stored the end of its queues, which the broker writes to
         # disk only every 5 s; its queues get no message afterwards, so only storing them again
         # once it is back puts their stored offsets right (wait_caught_up checks).
-        scenario.sent(scenario.send(LAST_WORDS, "last", "--broker", DIRECT_BROKER))
+        scenario.send_now(LAST_WORDS, "last", "--broker", DIRECT_BROKER)
         wait_stored_at_end(cluster.config, scenario.topic, DIRECT_BROKER, QUEUES_PER_BROKER, scenario.group)
         cluster.kill(DIRECT_BROKER)
         time.sleep(BROKER_DOWN_S)

@@ -27,7 +27,7 @@ import pytest
 
 from integration.cluster_config import BROKER_A, BROKER_B, BROKER_NAMES
 from integration.constants import FIRST, POLL_S, TRIGGER
-from integration.faults import Producer
+from integration.faults import Producer, produce
 from integration.javatool import json_lines
 from integration.support import ClusterHandle, create_topic, spark_offsets, stream, wait_stored_at_max
 from rocketmq_spark.source.routes import ROUTE_REFRESH_S
@@ -111,13 +111,9 @@ class Sent:
         return {q: end for q, end in self.ends.items() if q[0] == broker}
 
 
-def send(handle: ClusterHandle, workdir: Path, topic: str, count: int, prefix: str, *args: str) -> list[dict[str, Any]]:
+def send(handle: ClusterHandle, topic: str, count: int, prefix: str, *args: str) -> list[dict[str, Any]]:
     """Send ``count`` messages keyed ``<prefix>-<i>`` with the official producer; one dict per message."""
-    producer = Producer(handle.namesrv_addr, workdir, topic, count, prefix, "--batch", str(PRODUCE_BATCH), *args)
-    try:
-        return producer.wait()
-    finally:
-        producer.close()
+    return produce(handle.namesrv_addr, topic, count, prefix, "--batch", str(PRODUCE_BATCH), *args)
 
 
 def wait_all_sent(producer: Producer, count: int, deadline: float) -> list[dict[str, Any]]:
@@ -349,7 +345,7 @@ def read_by_the_group(spark: Any, handle: ClusterHandle, workdir: Path, topic: s
     every queue and on disk: where a new query of the group starts."""
     create_topic(handle, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    before = sent.add(send(handle, workdir, topic, BEFORE, "before"))
+    before = sent.add(send(handle, topic, BEFORE, "before"))
     first = Stream(spark, handle, topic, group, workdir / "first")
     first.run_available_now()
     assert_exact(first.keys(), before, "the first query")
@@ -383,10 +379,10 @@ def test_new_query_while_a_broker_is_down(
     second = Stream(spark, two_brokers, topic, group, tmp_path / "second")
     second.start()
     try:
-        new = sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        new = sent.add(send(two_brokers, topic, DURING, "during", "--broker", BROKER_A))
         second.wait_read(sent.of(BROKER_A), "broker-a's messages while broker-b is down")
         back = bring_back(two_brokers, BROKER_B, topic)
-        new += sent.add(send(two_brokers, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
+        new += sent.add(send(two_brokers, topic, AFTER, "after", "--broker", BROKER_B))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(second, stood, sent.ends, back, "broker-b's queues once it is back")
         wait_stored_at_max(two_brokers, topic, group, sent.ends)
@@ -407,11 +403,11 @@ def test_available_now_runs_while_a_broker_is_down(
     sent = read_by_the_group(spark, two_brokers, tmp_path, topic, group)
     take_down(two_brokers, BROKER_B, topic)
     runs = Stream(spark, two_brokers, topic, group, tmp_path / "runs")
-    new = sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+    new = sent.add(send(two_brokers, topic, DURING, "during", "--broker", BROKER_A))
     runs.run_available_now()
     assert_exact(runs.keys(), new, "the run while broker-b is down")
     bring_back(two_brokers, BROKER_B, topic)
-    new += sent.add(send(two_brokers, tmp_path, topic, AFTER, "after", "--broker", BROKER_B))
+    new += sent.add(send(two_brokers, topic, AFTER, "after", "--broker", BROKER_B))
     runs.run_available_now()
     assert_exact(runs.keys(), new, "both runs")
     wait_stored_at_max(two_brokers, topic, group, sent.ends)
@@ -449,12 +445,12 @@ def test_restart_on_checkpoint_while_a_broker_is_down(
     topic, group = unique("topo-restart"), unique("topo-restart-group")
     create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    sent.add(send(two_brokers, topic, BEFORE, "before"))
     query = Stream(spark, two_brokers, topic, group, tmp_path / "stream")
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
-        sent.add(send(two_brokers, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
+        sent.add(send(two_brokers, topic, LAST, "last", "--broker", BROKER_B))
         query.wait_read(sent.ends, "the last messages, on broker-b")
     finally:
         query.stop()
@@ -463,14 +459,14 @@ def test_restart_on_checkpoint_while_a_broker_is_down(
     take_down(two_brokers, BROKER_B, topic)
     query.start()
     try:
-        sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        sent.add(send(two_brokers, topic, DURING, "during", "--broker", BROKER_A))
         query.wait_read(sent.of(BROKER_A), f"broker-a's messages after a restart that runs batch {replayed} again")
         query.stop()
         query.start()
-        sent.add(send(two_brokers, tmp_path, topic, DURING, "during-again", "--broker", BROKER_A))
+        sent.add(send(two_brokers, topic, DURING, "during-again", "--broker", BROKER_A))
         query.wait_read(sent.of(BROKER_A), "broker-a's messages after a restart with every batch committed")
         back = bring_back(two_brokers, BROKER_B, topic)
-        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
+        sent.add(send(two_brokers, topic, AFTER, "after"))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(query, stood, sent.ends, back, "broker-b's queues once it is back")
         wait_stored_at_max(two_brokers, topic, group, sent.ends)
@@ -492,14 +488,14 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(
     topic, group = unique("topo-replay"), unique("topo-replay-group")
     create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    sent.add(send(two_brokers, topic, BEFORE, "before"))
     query = Stream(
         spark, two_brokers, topic, group, tmp_path / "stream", per_batch=True, retryBudgetMs=str(REPLAY_RETRY_BUDGET_MS)
     )
     query.start()
     try:
         query.wait_read(sent.ends, "the messages sent before")
-        sent.add(send(two_brokers, tmp_path, topic, LAST, "last", "--broker", BROKER_B))
+        sent.add(send(two_brokers, topic, LAST, "last", "--broker", BROKER_B))
         query.wait_read(sent.ends, "the last messages, on broker-b")
     finally:
         query.stop()
@@ -512,7 +508,7 @@ def test_restart_replays_a_batch_of_a_broker_that_is_down(
         query.wait_processing(what)
         query.hold(REPLAY_HOLD_S, what)
         back = bring_back(two_brokers, BROKER_B, topic)
-        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
+        sent.add(send(two_brokers, topic, AFTER, "after"))
         sent_s = time.monotonic() - back
         recovery = wait_recovery(query, stood, sent.ends, back, "broker-b's queues once it is back")
         wait_stored_at_max(two_brokers, topic, group, sent.ends)
@@ -532,7 +528,7 @@ def test_broker_frozen_past_the_retry_budget(
     topic, group = unique("topo-frozen"), unique("topo-frozen-group")
     create_topic(two_brokers, topic, queues=QUEUES_PER_BROKER)
     sent = Sent(BROKER_NAMES)
-    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before"))
+    sent.add(send(two_brokers, topic, BEFORE, "before"))
     query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", retryBudgetMs=str(RETRY_BUDGET_MS))
     query.start()
     try:
@@ -560,7 +556,7 @@ def test_broker_frozen_past_the_retry_budget(
             cluster.thaw(BROKER_B)
             producer.close()
         thawed = time.monotonic()
-        sent.add(send(two_brokers, tmp_path, topic, AFTER, "after"))
+        sent.add(send(two_brokers, topic, AFTER, "after"))
         sent_s = time.monotonic() - thawed
         recovery = wait_recovery(query, stood, sent.ends, thawed, "broker-b's queues once it answers again")
         wait_stored_at_max(two_brokers, topic, group, sent.ends)
@@ -592,7 +588,7 @@ def test_read_queues_lowered_then_raised(
     topic, group = unique("topo-readq"), unique("topo-readq-group")
     create_topic(two_brokers, topic, QUEUES_PER_BROKER, BROKER_A)
     sent = Sent([BROKER_A])
-    sent.add(send(two_brokers, tmp_path, topic, BEFORE, "before", "--broker", BROKER_A))
+    sent.add(send(two_brokers, topic, BEFORE, "before", "--broker", BROKER_A))
     query = Stream(spark, two_brokers, topic, group, tmp_path / "stream", failOnDataLoss="true")
     query.start()
     try:
@@ -605,11 +601,11 @@ def test_read_queues_lowered_then_raised(
         # tasks wait for them to be readable again (unit-tested in test_partition_reader): send
         # once the source's routes surely show the change.
         time.sleep(max(0.0, lowered_at + ROUTE_SEEN_S - time.monotonic()))
-        sent.add(send(two_brokers, tmp_path, topic, DURING, "during", "--broker", BROKER_A))
+        sent.add(send(two_brokers, topic, DURING, "during", "--broker", BROKER_A))
         assert all(sent.ends[q] > stood[q] for q in held), "the producer sent nothing to the unreadable queues"
         query.wait_read({q: sent.ends[q] for q in readable}, "the readable queues while the others are not")
         time.sleep(max(0.0, lowered_at + LOWERED_S - time.monotonic()))
-        sent.add(send(two_brokers, tmp_path, topic, LATE, "late", "--broker", BROKER_A, "--queue", "0"))
+        sent.add(send(two_brokers, topic, LATE, "late", "--broker", BROKER_A, "--queue", "0"))
         query.wait_read({q: sent.ends[q] for q in readable}, "a readable queue, once the route is surely seen")
         raised = set_read_queues(two_brokers, topic, BROKER_A, QUEUES_PER_BROKER)
         recovery = wait_recovery(query, stood, sent.ends, raised, "the held queues once readable again")

@@ -1,5 +1,7 @@
 package io.rocketmqspark.it;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -62,13 +64,26 @@ public final class Tool {
     private static final String BROKER_VERSION_KEY = "brokerVersionDesc";
     private static final String V4_PREFIX = "V4_";
     private static final String SUBSCRIBE_ALL = "*";
+    private static final String SERVE = "serve";
 
     private Tool() {}
 
     public static void main(String[] argv) throws Exception {
-        if (argv.length == 0) {
+        if (argv.length == 1 && argv[0].equals(SERVE)) {
+            serve();
+            System.exit(0);
+        }
+        if (!run(argv)) {
             usage();
             System.exit(2);
+        }
+        System.exit(0);
+    }
+
+    /** Runs one command; false for a command the tool does not know. */
+    private static boolean run(String[] argv) throws Exception {
+        if (argv.length == 0) {
+            return false;
         }
         Args args = new Args(Arrays.copyOfRange(argv, 1, argv.length));
         switch (argv[0]) {
@@ -80,11 +95,37 @@ public final class Tool {
             case "consume" -> consume(args);
             case "push-consume" -> PushConsume.run(args);
             default -> {
-                usage();
-                System.exit(2);
+                return false;
             }
         }
-        System.exit(0);
+        return true;
+    }
+
+    /**
+     * Commands one per line on stdin, run one after another in this JVM ({@link Served} has the
+     * protocol): a test run starts the JVM and loads the client once instead of once per command.
+     * Ends when stdin does.
+     */
+    private static void serve() throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            int status = 0;
+            try {
+                if (!run(Served.arguments(line))) {
+                    usage();
+                    status = 1;
+                }
+            } catch (Exception e) {
+                e.printStackTrace();
+                status = 1;
+            } catch (Error e) {
+                // The JVM may be in no state for the next command: this one fails, and the server ends.
+                e.printStackTrace();
+                Served.end(1);
+                System.exit(1);
+            }
+            Served.end(status);
+        }
     }
 
     private static void usage() {
@@ -101,7 +142,9 @@ public final class Tool {
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
             "  push-consume --topic T --group G --seconds S (a push consumer online for S seconds)",
-            "  common: [--access-key AK --secret-key SK]"));
+            "  common: [--access-key AK --secret-key SK]",
+            "usage: Tool serve   (commands from stdin, one a line, arguments tab-separated; after each,",
+            "                     a line #END 0 when it is done, #END 1 when it failed)"));
     }
 
     // ------------------------------------------------------------------ admin
