@@ -114,8 +114,7 @@ class DeadMasterListed(SlaveWithoutTopic):
         if live is None:
             return super().call_many(addressed, window)
         return [
-            ConnectionFailedError(f"cannot connect to {a}: refused") if a == dead else live.pop(0)
-            for a, _ in addressed
+            ConnectionFailedError(f"cannot connect to {a}: refused") if a == dead else live.pop(0) for a, _ in addressed
         ]
 
 
