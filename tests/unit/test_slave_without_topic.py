@@ -13,8 +13,8 @@ import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
