@@ -65,12 +65,8 @@ class SlaveWithoutTopic(FakeBrokers):
         return dataclasses.replace(route, brokers=brokers)
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
-        to_slave = [i for i, (a, _) in enumerate(addressed) if a == SLAVE]
         answers = super().call_many([(a, c) for a, c in addressed if a != SLAVE], window)
-        outcomes: list[Any] = []
-        for i, (address, call) in enumerate(addressed):
-            outcomes.append(self._slave_answer(call) if i in to_slave else answers.pop(0))
-        return outcomes
+        return [self._slave_answer(call) if a == SLAVE else answers.pop(0) for a, call in addressed]
 
     def _slave_answer(self, call: Call[Any]) -> Any:
         self.sent.append(call.code)
