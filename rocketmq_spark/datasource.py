@@ -13,11 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.sink.options import looks_like_a_write, parse_sink_options
+from rocketmq_spark.sink.writer import batch_writer, stream_writer
 from rocketmq_spark.source.datasource import batch_reader, check_read_options, stream_reader
 from rocketmq_spark.source.schema import SCHEMA
 
@@ -39,6 +46,12 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return stream_reader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return stream_writer(self.options, schema, overwrite)
 
 
 def check_options(raw: Mapping[str, str]) -> None:
