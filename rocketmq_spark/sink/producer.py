@@ -26,7 +26,7 @@ from rocketmq_spark.model import MS_PER_SECOND, MessageQueue, now_ms
 from rocketmq_spark.records.outgoing import COMPRESSED_ZLIB_SYS_FLAG, batch_record_size, compress_body, encode_batch
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, RemotingCommand
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.sending import SendResult, SendStatus, send_batch, send_message
@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 
 # Sends one task keeps on the wire at once (one per queue at most).
 MAX_IN_FLIGHT = 64
+# The largest body a send can carry: a broker drops a connection whose frame passes its frame bound
+# (16 MiB by default), so a larger body is refused here with an error that says so; bodies below
+# it but over the broker's maxMessageSize (4 MiB by default) get the broker's own answer.
+# Room left in the frame for the header (properties take up to 32 KiB of it).
+FRAME_HEADER_ROOM_BYTES = 64 * 1024
+MAX_SEND_BODY_BYTES = DEFAULT_MAX_FRAME_LENGTH - FRAME_HEADER_ROOM_BYTES
 # The pause before an ordered or explicit-queue send is tried again on its own queue.
 PINNED_RETRY_PAUSE_S = 1.0
 # Answers after which the Java producer sends again (DefaultMQProducer.retryResponseCodes).
@@ -125,6 +131,11 @@ class TaskProducer:
         self.unflushed = 0
 
     def add(self, row: Row) -> None:
+        if len(row.body) > MAX_SEND_BODY_BYTES:
+            raise RowError(
+                f"a row of topic {row.topic} has a body of {len(row.body)} bytes, more than a send can carry "
+                f"({MAX_SEND_BODY_BYTES}). Split it, or store it elsewhere and send a reference"
+            )
         message = _Message(row, self._producer.ids.next())
         queue, address, _ = self._target(message)
         size = batch_record_size(len(row.body), len(message.properties))

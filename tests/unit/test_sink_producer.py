@@ -15,7 +15,7 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.sink import producer as producer_module
-from rocketmq_spark.sink.messages import Row
+from rocketmq_spark.sink.messages import Row, RowError
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.producer import SendFailedError, TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
@@ -163,3 +163,11 @@ def test_a_broker_that_cannot_be_registered_with_is_passed_over() -> None:
     sending.add(Row("t", b"x"))
     sending.close()
     assert [s.address for s in client.sent] == ["b:1"]
+
+
+def test_a_body_larger_than_a_frame_is_refused_before_it_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(producer_module, "MAX_SEND_BODY_BYTES", 10)
+    client = FakeClient()
+    with pytest.raises(RowError, match="a row of topic t has a body of 11 bytes, more than a send can carry"):
+        task(client).add(Row("t", b"x" * 11))
+    assert client.sent == []
