@@ -95,9 +95,10 @@ def _column(batch: pa.RecordBatch, name: str | None) -> list[object] | None:
     if name is None:
         return None
     array = batch.column(batch.schema.get_field_index(name))
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        if name.lower() == col.BODY.lower():
-            array = array.cast(pa.binary())
+    if name.lower() == col.BODY.lower() and pa.types.is_string(array.type):
+        array = array.cast(pa.binary())  # UTF-8 bytes, without a Python string per row
+    elif name.lower() == col.BODY.lower() and pa.types.is_large_string(array.type):
+        array = array.cast(pa.large_binary())
     elif pa.types.is_timestamp(array.type):
         times, per = _TO_MS[array.type.unit]
         return [None if v is None else v * times // per for v in array.cast(pa.int64()).to_pylist()]
