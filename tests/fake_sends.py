@@ -62,6 +62,7 @@ class FakeClient(SendingClient):
         self.sent: list[Sent] = []
         self.heartbeats: list[str] = []
         self.on_wire: set[tuple[str, int]] = set()
+        self.most_on_wire = 0
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
         assert call.code == RequestCode.HEART_BEAT
@@ -79,6 +80,7 @@ class FakeClient(SendingClient):
         sent = Sent(address, code, dict(fields or {}), body)
         assert sent.queue not in self.on_wire, f"two sends on the wire for {sent.queue}"
         self.on_wire.add(sent.queue)
+        self.most_on_wire = max(self.most_on_wire, len(self.on_wire))
         self.sent.append(sent)
         script = self.outcomes.get(address) or []
         return Answer(self, sent, script.pop(0) if script else ResponseCode.SUCCESS)

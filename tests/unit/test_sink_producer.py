@@ -19,7 +19,7 @@ from rocketmq_spark.sink.messages import Row, RowError
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.producer import SendFailedError, TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
-from rocketmq_spark.sink.shared import Producer
+from rocketmq_spark.sink.shared import HEARTBEAT_INTERVAL_S, Producer
 from tests.fake_sends import VERSION_4, FakeClient, inner_bodies, route
 
 
@@ -171,3 +171,32 @@ def test_a_body_larger_than_a_frame_is_refused_before_it_is_sent(monkeypatch: py
     with pytest.raises(RowError, match="a row of topic t has a body of 11 bytes, more than a send can carry"):
         task(client).add(Row("t", b"x" * 11))
     assert client.sent == []
+
+
+def test_the_window_bounds_the_sends_on_the_wire(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(producer_module, "MAX_IN_FLIGHT", 2)
+    client = FakeClient()
+    sending = task(client, batchMaxBytes="0")
+    for _ in range(8):
+        sending.add(Row("t", b"x"))
+    sending.close()
+    assert (client.most_on_wire, sending.stored) == (2, 8)
+
+
+def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
+    now = [0.0]
+    client = FakeClient()
+    shared = Producer(
+        client,
+        "g",
+        "ip@x",
+        UniqueIds(b"\x7f\x00\x00\x01", fixed=1),
+        Replicas(lambda topic: route()),
+        clock=lambda: now[0],
+    )
+    assert shared.five_x("a:1") and shared.five_x("a:1")
+    assert client.heartbeats == ["a:1"]
+    now[0] += HEARTBEAT_INTERVAL_S
+    shared.five_x("a:1")
+    assert client.heartbeats == ["a:1", "a:1"]
+    assert not Producer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).five_x("b:1")
