@@ -94,6 +94,20 @@ def message_properties(
     return properties
 
 
+_TAGS_ENTRY = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
+_KEYS_ENTRY = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
+_WAIT_AND_ID = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}{WAIT_FOR_STORE}{PROPERTY_SEPARATOR}{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+
+
+def plain_properties(tags: str | None, keys: str | None, unique_id: str) -> str:
+    """``encode_properties(message_properties(...))`` of a message without user or delivery
+    properties, in one step: most rows are such, and this is a row's largest cost."""
+    text = f"{_TAGS_ENTRY}{tags}{PROPERTY_SEPARATOR}" if tags else ""
+    if keys:
+        text += f"{_KEYS_ENTRY}{keys}{PROPERTY_SEPARATOR}"
+    return f"{text}{_WAIT_AND_ID}{unique_id}{PROPERTY_SEPARATOR}"
+
+
 def compress_body(body: bytes) -> bytes:
     """A single send's body as the Java producer compresses it: zlib (with its header) at level 5."""
     return zlib.compress(body, ZLIB_LEVEL)

@@ -22,6 +22,7 @@ from rocketmq_spark.records.outgoing import (
     WAIT_FOR_STORE,
     encode_properties,
     message_properties,
+    plain_properties,
     properties_bytes,
 )
 from rocketmq_spark.remoting.errors import RocketMQError
@@ -190,6 +191,11 @@ def user_properties(row: Row, five_x: bool) -> dict[str, str]:
 
 def encoded_properties(row: Row, unique_id: str, *, five_x: bool, namespace: str | None) -> bytes:
     """The property string of the row's message, as sent to a broker of the given line."""
+    if not row.properties and row.delay_level is None and row.deliver_ms is None and not namespace:
+        try:
+            return properties_bytes(plain_properties(row.tags, row.keys, unique_id))
+        except ValueError as err:
+            raise RowError(f"a row of topic {row.topic}: {err}. Send shorter tags or keys") from err
     extra: dict[str, str] = {}
     if namespace:
         extra[PROPERTY_INSTANCE_ID] = namespace

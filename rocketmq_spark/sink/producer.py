@@ -168,7 +168,7 @@ class TaskProducer:
         attempts = 0
         while True:
             queue = self._picker.pick(message.row, avoid)
-            address = self._producer.routes.master(queue.topic, queue.broker_name)
+            address = self._picker.master(queue)
             try:
                 five_x = True if address is None else self._producer.five_x(address)
             except RocketMQError as err:
@@ -189,7 +189,7 @@ class TaskProducer:
     def _dispatch(self, queue: MessageQueue) -> None:
         gathered = self._open.pop(queue, None)
         if gathered is not None and gathered.messages:
-            address = self._producer.routes.master(queue.topic, queue.broker_name)
+            address = self._picker.master(queue)
             self._submit(_Send(queue, address, gathered.messages))
 
     # ----------------------------------------------------------------- sending
@@ -254,7 +254,7 @@ class TaskProducer:
         if send.messages[0].row.pinned:
             time.sleep(PINNED_RETRY_PAUSE_S)
             self._picker.route(send.queue.topic, fresh=True)
-            send.address = self._producer.routes.master(send.queue.topic, send.queue.broker_name)
+            send.address = self._picker.master(send.queue)
         else:
             send.queue, send.address, five_x = self._target(send.messages[0], avoid=send.queue.broker_name)
             for message in send.messages[1:]:  # encoded for the new broker's line, with the same ids

@@ -26,6 +26,9 @@ from rocketmq_spark.sink.messages import Row, RowError
 
 # How long a broker name that failed a send is passed over by unordered rows.
 FAULT_AVOID_S = 10.0
+# How long a task uses a route it asked for before asking the shared routes again: a row costs
+# no lock then, and a new route (refreshed every few seconds, or after a failure) is seen soon.
+ROUTE_REUSE_S = 0.5
 
 
 class Routes(Protocol):
@@ -48,15 +51,27 @@ class QueuePicker:
         self._next = random.randrange(1 << 16)  # tasks start at different queues, as Java's threads do
         self._faults: dict[str, float] = {}
         self._publish: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
+        self._recent: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (until when, route)
 
     def route(self, topic: str, fresh: bool = False) -> TopicRoute:
+        """The topic's route, reused for ``ROUTE_REUSE_S`` unless ``fresh``."""
+        now = self._clock()
+        recent = self._recent.get(topic)
+        if recent is not None and recent[0] > now and not fresh:
+            return recent[1]
         try:
-            return self._routes.route(topic, fresh)
+            route = self._routes.route(topic, fresh)
         except TopicNotFoundError as err:
             raise RowError(
                 f"topic {topic} does not exist ({err}). The sink creates no topics: create it first "
                 "(mqadmin updateTopic), or write to a topic that exists"
             ) from err
+        self._recent[topic] = (now + ROUTE_REUSE_S, route)
+        return route
+
+    def master(self, queue: MessageQueue) -> str | None:
+        """The address of the queue's broker's master, where its sends go (None while it has none)."""
+        return self.route(queue.topic).master_address(queue.broker_name)
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's publish list, computed once per route the name server gave."""

@@ -23,6 +23,7 @@ from rocketmq_spark.records.outgoing import (
     encode_properties,
     message_properties,
     month_start_ms,
+    plain_properties,
     properties_bytes,
 )
 from rocketmq_spark.records.properties import parse_properties
@@ -47,6 +48,12 @@ def test_a_message_carries_tags_keys_wait_and_its_id_as_a_java_message_does() ->
     assert properties == {"region": "eu", "TAGS": "paid", "KEYS": "k1 k2", "WAIT": "true", "UNIQ_KEY": "ID"}
     bare = message_properties(tags=None, keys="", unique_id="ID", extra={"DELAY": "3"})
     assert bare == {"WAIT": "true", "DELAY": "3", "UNIQ_KEY": "ID"}
+
+
+@pytest.mark.parametrize(("tags", "keys"), [("t", "k1 k2"), (None, "k"), ("t", None), (None, None), ("", "")])
+def test_plain_properties_are_the_general_encoding_without_user_properties(tags: str | None, keys: str | None) -> None:
+    general = encode_properties(message_properties(tags=tags, keys=keys, unique_id="ID"))
+    assert plain_properties(tags, keys, "ID") == general
 
 
 def test_properties_longer_than_a_java_short_are_refused() -> None:
