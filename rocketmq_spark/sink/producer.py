@@ -173,10 +173,14 @@ class TaskProducer:
                 five_x = True if address is None else self._producer.five_x(address)
             except RocketMQError as err:
                 attempts += 1
-                if message.row.pinned or attempts > self._options.retries or not worth_retrying(err):
+                if attempts > self._options.retries or not worth_retrying(err):
                     raise SendFailedError(queue, address, attempts, err) from err
                 self._failed(queue, address)
-                avoid = queue.broker_name
+                if message.row.pinned:  # its queue or none: wait for the broker, or a new master
+                    time.sleep(PINNED_RETRY_PAUSE_S)
+                    self._picker.route(queue.topic, fresh=True)
+                else:
+                    avoid = queue.broker_name
                 continue
             self._encode(message, five_x)
             return queue, address, five_x

@@ -200,3 +200,21 @@ def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
     shared.five_x("a:1")
     assert client.heartbeats == ["a:1", "a:1"]
     assert not Producer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).five_x("b:1")
+
+
+def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(producer_module, "PINNED_RETRY_PAUSE_S", 0.0)
+    client = FakeClient()
+    calls = client.call
+    refusals = [ConnectionFailedError("cannot connect to a:1", "a:1")]
+
+    def refuse_once(address: str, call: Any, timeout: float | None = None) -> Any:
+        if refusals:
+            raise refusals.pop()
+        return calls(address, call, timeout)
+
+    client.call = refuse_once  # type: ignore[method-assign]
+    sending = task(client)
+    sending.add(Row("t", b"x", broker_name="a", queue_id=0))
+    sending.close()
+    assert [(s.address, s.queue) for s in client.sent] == [("a:1", ("a", 0))]
