@@ -132,6 +132,11 @@ def rows_from_columns(
     for row_topic, body, rest, (deliver, delay) in zip(of(col.TOPIC), of(col.BODY), zip(*map(of, fields)), timing):
         name = topic if topic is not None else _topic(row_topic, namespace)
         tags, keys, properties, sharding_key, broker_name, queue_id = rest
+        if (broker_name is None) != (queue_id is None):
+            raise RowError(
+                f"a row of topic {name} sets only one of brokerName ({broker_name}) and queueId ({queue_id}). "
+                "Set both for an explicit queue, or neither"
+            )
         rows.append(
             Row(
                 name,

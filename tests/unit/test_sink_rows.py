@@ -70,6 +70,7 @@ def test_spark_rows_give_the_same_rows_as_arrow() -> None:
         ({"body": [b"x"], "topic": [None]}, "a row has no topic"),
         ({"body": [b"x"], "topic": ["t"], "delayLevel": [2], "deliverTime": [1]}, "both delayLevel and deliverTime"),
         ({"body": [b"x"], "topic": ["t"], "delayLevel": [0]}, "delayLevel 0"),
+        ({"body": [b"x"], "topic": ["t"], "brokerName": ["a"], "queueId": [None]}, "only one of brokerName"),
     ],
 )
 def test_rows_that_cannot_be_sent_name_their_topic(values: dict[str, list[object]], message: str) -> None:
