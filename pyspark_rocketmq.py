@@ -1,4 +1,4 @@
-"""Lets Spark find the ``rocketmq`` source with no register call.
+"""Lets Spark find the ``rocketmq`` source and sink with no register call.
 
 Spark scans top-level modules whose names start with ``pyspark_`` for a ``DefaultSource``.
 """

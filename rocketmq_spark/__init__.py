@@ -1,4 +1,4 @@
-"""Apache Spark source for Apache RocketMQ, speaking RocketMQ's remoting protocol in pure Python.
+"""Apache Spark source and sink for Apache RocketMQ, speaking RocketMQ's remoting protocol in pure Python.
 
 The package does not install PySpark (platforms bring their own Spark, and pip would put PyPI's
 over it), so importing it first checks that a PySpark with Python streaming data sources (4.0 or
@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rocketmq_spark.source.datasource import RocketMQDataSource
+    from rocketmq_spark.datasource import RocketMQDataSource
 
 __version__ = "0.1.0"
 __all__ = ["RocketMQDataSource", "__version__"]
@@ -54,7 +54,7 @@ if _problem is not None:
 
 def __getattr__(name: str) -> Any:
     if name == "RocketMQDataSource":
-        from rocketmq_spark.source.datasource import RocketMQDataSource
+        from rocketmq_spark.datasource import RocketMQDataSource
 
         return RocketMQDataSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -62,6 +62,23 @@ _TLS_REFUSED_HINT = (
 ServerRequestHandler = Callable[[RemotingCommand], "RemotingCommand | None"]
 
 
+_LOOPBACK = "127.0.0.1"
+_ANY_PORT = 9
+
+
+def local_ip(toward: str) -> str:
+    """The address this host reaches ``toward`` (a host:port) from, as Java client ids start with
+    and a producer's message ids carry."""
+    host = toward.rpartition(":")[0].strip("[]") or _LOOPBACK
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, _ANY_PORT))  # a datagram socket sends nothing on connect
+            return str(probe.getsockname()[0])
+    except OSError:
+        return _LOOPBACK
+
+
 def split_address(address: str) -> tuple[str, int]:
     """``host:port`` or ``[ipv6]:port`` into its parts."""
     host, sep, port = address.rpartition(":")

@@ -7,7 +7,8 @@ which is how ``mqadmin consumerProgress -g`` finds a group's brokers. A broker t
 to the connection the heartbeat came on: it forgets the member when that connection closes,
 after about two minutes without a heartbeat, or on UNREGISTER_CLIENT.
 
-These are the calls as values (see ``calls.py``); when to send them is the source's policy.
+A producer registers the same way, with its group in ``producerDataSet``. These are the calls as
+values (see ``calls.py``); when to send them is the source's and the sink's policy.
 """
 
 from __future__ import annotations
@@ -103,6 +104,26 @@ def heartbeat(
         client_id, group, subscriptions, consume_from_where=consume_from_where, sub_version=sub_version
     )
     return done_call(RequestCode.HEART_BEAT, {}, body)
+
+
+def producer_heartbeat_body(client_id: str, group: str) -> bytes:
+    """``HeartbeatData`` of one producer group, as the Java producer's client sends it: the group in
+    ``producerDataSet``, no consumer."""
+    return json.dumps(
+        {"clientID": client_id, "producerDataSet": [{"groupName": group}], "consumerDataSet": []},
+        separators=(",", ":"),
+    ).encode("utf-8")
+
+
+def producer_heartbeat(client_id: str, group: str) -> Call[int]:
+    """Register the client as a producer of the group (what ``mqadmin producerConnection`` and
+    transaction checks see); its answer is the ``version`` of the server, which tells its line."""
+    code = RequestCode.HEART_BEAT
+
+    def read(response: RemotingCommand, address: str) -> int:
+        return accepted(response, code, address).version
+
+    return Call(code, {}, read, producer_heartbeat_body(client_id, group))
 
 
 def unregister(client_id: str, group: str) -> Call[None]:

@@ -36,6 +36,10 @@ class QueueData:
     def readable(self) -> bool:
         return bool(self.perm & codes.PERM_READ)
 
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & codes.PERM_WRITE)
+
 
 @dataclass(frozen=True)
 class BrokerData:
@@ -52,6 +56,8 @@ class TopicRoute:
     topic: str
     queue_datas: tuple[QueueData, ...]
     brokers: dict[str, BrokerData]
+    # ``brokerName:queueCount;...`` of a topic created as ordered (``orderTopicConf``), else None.
+    order_topic_conf: str | None = None
 
     def readable_queues(self) -> list[MessageQueue]:
         """Every queue a consumer can read, in a stable order."""
@@ -66,6 +72,38 @@ class TopicRoute:
     def master_address(self, broker_name: str) -> str | None:
         broker = self.brokers.get(broker_name)
         return broker.master_address if broker else None
+
+    def publish_queues(self) -> list[MessageQueue]:
+        """The queues a producer sends to, in the order the Java client lists them
+        (``topicRouteData2TopicPublishInfo``): those of ``orderTopicConf`` when it is set, else
+        the write queues of each writable broker name that lists a master, by name and queue id."""
+        if self.order_topic_conf:
+            return [
+                MessageQueue(self.topic, name, queue_id)
+                for name, count in _order_entries(self.order_topic_conf)
+                for queue_id in range(count)
+            ]
+        return [
+            MessageQueue(self.topic, qd.broker_name, queue_id)
+            for qd in sorted(self.queue_datas, key=lambda q: q.broker_name)
+            if qd.writable and self.master_address(qd.broker_name) is not None
+            for queue_id in range(qd.write_queue_nums)
+        ]
+
+
+ORDER_CONF_SEPARATOR = ";"
+ORDER_CONF_COUNT_SEPARATOR = ":"
+
+
+def _order_entries(conf: str) -> list[tuple[str, int]]:
+    """``brokerA:4;brokerB:4`` as (broker name, queue count) pairs, in their order."""
+    entries = []
+    for entry in conf.split(ORDER_CONF_SEPARATOR):
+        name, _, count = entry.strip().rpartition(ORDER_CONF_COUNT_SEPARATOR)
+        if not name or not count.strip().isdigit():
+            raise ProtocolError(f"orderTopicConf entry {entry!r} is not brokerName:queueCount")
+        entries.append((name, int(count)))
+    return entries
 
 
 def quote_bare_int_keys(text: str) -> str:
@@ -130,4 +168,7 @@ def parse_route(topic: str, body: bytes) -> TopicRoute:
         }
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"topic route for {topic} is missing or mistypes a field: {err!r}") from err
-    return TopicRoute(topic=topic, queue_datas=queue_datas, brokers=brokers)
+    order = data.get("orderTopicConf")
+    return TopicRoute(
+        topic=topic, queue_datas=queue_datas, brokers=brokers, order_topic_conf=str(order) if order else None
+    )

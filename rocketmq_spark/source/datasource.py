@@ -1,53 +1,50 @@
-"""The ``rocketmq`` data source: what ``spark.read/readStream.format("rocketmq")`` finds.
+"""The reading side of the ``rocketmq`` data source (``rocketmq_spark.datasource``): the readers
+``spark.read/readStream.format("rocketmq")`` get.
 
 When Spark asks what (measured on PySpark 4.0 to 4.3): ``load()`` creates the source and, unless
 the user gave a schema, calls ``schema()``; that is the first the source sees of its options, so
-it checks them there. Whether a stream or a batch read follows is only known later, when the query
-starts (``streamReader``) or the job is planned (``reader``); the rules of one kind only are
-checked then.
+it checks them there (``check_read_options``). Whether a stream or a batch read follows is only
+known later, when the query starts (``stream_reader``) or the job is planned (``batch_reader``);
+the rules of one kind only are checked then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
 from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
-from rocketmq_spark.source.schema import SCHEMA, checked_columns
+from rocketmq_spark.source.schema import checked_columns
 from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, batch_reader_class, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 
-class RocketMQDataSource(DataSource):
-    """Apache RocketMQ as a Spark source, for streams and batch reads, with fixed columns of which
-    a user-given schema may pick some."""
+def check_read_options(raw: Mapping[str, str]) -> None:
+    """``load()``: a bad option of a read of either kind fails here."""
+    parse_options(raw, kind=ReadKind.UNDECIDED)
 
-    @classmethod
-    def name(cls) -> str:
-        return "rocketmq"
 
-    def schema(self) -> StructType:
-        parse_options(self.options, kind=ReadKind.UNDECIDED)  # load(): a bad option fails here
-        return SCHEMA
+def batch_reader(raw: Mapping[str, str], schema: StructType) -> DataSourceReader:
+    """The reader of a batch query over the columns of ``schema``."""
+    options = _with_columns(parse_options(raw, kind=ReadKind.BATCH), schema)
+    return batch_reader_class(options.filter_pushdown, RocketMQBatchReader, PushingBatchReader)(options)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
-        options = _with_columns(parse_options(self.options, kind=ReadKind.BATCH), schema)
-        return batch_reader_class(options.filter_pushdown, RocketMQBatchReader, PushingBatchReader)(options)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        try:
-            options = _with_columns(parse_options(self.options, kind=ReadKind.STREAM), schema)
-        except ConfigurationError as err:
-            return for_this_spark(RefusedStreamReader(err))
-        limited = options.max_messages_per_trigger is not None or options.min_messages_per_trigger is not None
-        return for_this_spark(RocketMQStreamReader(options), stores=options.commit_offsets, limited=limited)
+def stream_reader(raw: Mapping[str, str], schema: StructType) -> DataSourceStreamReader:
+    """The reader of a stream over the columns of ``schema``, as this PySpark calls it."""
+    try:
+        options = _with_columns(parse_options(raw, kind=ReadKind.STREAM), schema)
+    except ConfigurationError as err:
+        return for_this_spark(RefusedStreamReader(err))
+    limited = options.max_messages_per_trigger is not None or options.min_messages_per_trigger is not None
+    return for_this_spark(RocketMQStreamReader(options), stores=options.commit_offsets, limited=limited)
 
 
 def _with_columns(options: SourceOptions, schema: StructType) -> SourceOptions:

@@ -23,7 +23,6 @@ next trigger, if a member joins later).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +32,7 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import now_ms
 from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.connection import local_ip
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.membership import Subscription
 from rocketmq_spark.source.options import CONSUMER_GROUP, FAIL_ON_SHARED_GROUP, SourceOptions
@@ -49,26 +49,12 @@ HEARTBEAT_INTERVAL_S = 30.0
 SOURCE_CLIENT_MARK = "@rocketmq-spark-"
 # How long stop() waits for a round in progress before leaving the group all the same.
 STOP_WAIT_S = 5.0
-_LOOPBACK = "127.0.0.1"
-_ANY_PORT = 9
 
 
 class Caller(Protocol):
     """What the watch needs of ``RocketMQClient``."""
 
     def call_many(self, addressed: Sequence[tuple[str, Call[T]]]) -> list[T | RocketMQError]: ...
-
-
-def local_ip(toward: str) -> str:
-    """The address this host reaches ``toward`` (a host:port) from, as Java client ids start with."""
-    host = toward.rpartition(":")[0].strip("[]") or _LOOPBACK
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, _ANY_PORT))  # a datagram socket sends nothing on connect
-            return str(probe.getsockname()[0])
-    except OSError:
-        return _LOOPBACK
 
 
 def new_client_id(name_server: str) -> str:

@@ -1,5 +1,5 @@
-"""The package's floors: model at the bottom, then remoting, records, config, and on top the source
-with, beside it, room for a sink. Each module imports only from its own room or from the floors
+"""The package's floors: model at the bottom, then remoting, records, config, then the source with,
+beside it, the sink, and on top the data source where reading and writing meet. Each module imports only from its own room or from the floors
 below (never from a room beside its own), and none grows past the size one reader can hold."""
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ PACKAGE = "rocketmq_spark"
 ROOT = Path(rocketmq_spark.__file__).resolve().parent
 # Lowest first, each floor a tuple of its rooms: rooms of one floor stand side by side and share
 # what is below. The package's __init__ (its public face) sits on top of them all.
-FLOORS: tuple[tuple[str, ...], ...] = (("model",), ("remoting",), ("records",), ("config",), ("source", "sink"))
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("model",),
+    ("remoting",),
+    ("records",),
+    ("config",),
+    ("source", "sink"),
+    ("datasource",),
+)
 FACE = len(FLOORS)
 MAX_MODULE_LINES = 420
 MAX_FUNCTION_LINES = 60

@@ -9,8 +9,9 @@ import pytest
 
 from rocketmq_spark.config.cluster import CLUSTER_OPTIONS, RETRY_BUDGET_MS
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.model import ClientConfig, MessageQueue, SettingNames
-from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
+from rocketmq_spark.source.datasource import RefusedStreamReader
 from rocketmq_spark.source.options import (
     ALL_OPTIONS,
     ConsumeFromWhere,

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source import spark_api
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
-from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.pushdown import Pushed, micros, push
 from rocketmq_spark.source.spark_api import (

@@ -11,11 +11,12 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.records import columnar
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.datasource import RefusedStreamReader, RocketMQDataSource
+from rocketmq_spark.source.datasource import RefusedStreamReader
 from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange

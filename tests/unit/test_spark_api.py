@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from rocketmq_spark import pyspark_problem
-from rocketmq_spark.source.datasource import RocketMQDataSource
+from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.source.offsets import from_spark, to_spark
 from rocketmq_spark.source.schema import ARROW_SCHEMA, SCHEMA
 from rocketmq_spark.source.spark_api import (

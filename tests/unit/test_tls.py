@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -22,7 +23,6 @@ from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.connection import Connection
 from rocketmq_spark.remoting.errors import CertificateError, NameServersUnavailableError
 from rocketmq_spark.remoting.tls import certificate_error, client_context
-from rocketmq_spark.source.datasource import RocketMQDataSource
 from rocketmq_spark.source.offset_reader import UNVERIFIED_TLS_WARNING
 from rocketmq_spark.source.options import ReadKind, parse_options
 from rocketmq_spark.source.partition import make_partitions

@@ -1,0 +1,87 @@
+"""Every option of the ``rocketmq`` sink, parsed and checked in one place, before anything is sent.
+
+The connection options are those the source takes (``config.cluster``); the sink adds where to
+send (``topic``), as whom (``producerGroup``), and how (timeouts, retries, compression, batching),
+with the defaults of RocketMQ's Java ``DefaultMQProducer`` where it has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rocketmq_spark.config.cluster import (
+    CLUSTER_OPTIONS,
+    NAMESPACE,
+    client_config,
+    name_servers,
+    with_namespace,
+)
+from rocketmq_spark.config.values import OptionReader
+from rocketmq_spark.model import ClientConfig
+
+OWNER = "the rocketmq sink"
+TOPIC = "topic"
+PRODUCER_GROUP = "producerGroup"
+SEND_TIMEOUT_MS = "sendTimeoutMs"
+RETRIES = "retries"
+COMPRESS_BODY_OVER_BYTES = "compressBodyOverBytes"
+BATCH_MAX_BYTES = "batchMaxBytes"
+
+# The options only a write takes: one of them in a query's options says it writes.
+WRITE_ONLY_OPTIONS = (PRODUCER_GROUP, SEND_TIMEOUT_MS, RETRIES, COMPRESS_BODY_OVER_BYTES, BATCH_MAX_BYTES)
+ALL_OPTIONS = (*CLUSTER_OPTIONS, TOPIC, *WRITE_ONLY_OPTIONS)
+# Options Spark itself sets or passes along (a save path, a stream's checkpoint): taken, not used.
+SPARK_OWNED = frozenset({"path", "checkpointlocation"})
+
+DEFAULT_PRODUCER_GROUP = "rocketmq-spark-writer"
+DEFAULT_SEND_TIMEOUT_MS = 3000
+DEFAULT_RETRIES = 2
+DEFAULT_COMPRESS_BODY_OVER_BYTES = 4096
+DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """A write's checked options. ``topic`` and ``producer_group`` carry the namespace prefix when
+    one is set, as RocketMQ's clients send them; ``batch_max_bytes`` 0 sends one message at a time."""
+
+    client: ClientConfig
+    topic: str | None
+    namespace: str | None
+    producer_group: str
+    send_timeout_ms: int
+    retries: int
+    compress_body_over_bytes: int
+    batch_max_bytes: int
+
+
+def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
+    """The sink's options, or ConfigurationError naming the option, the problem and the fix."""
+    reader = OptionReader(raw, ALL_OPTIONS, SPARK_OWNED, owner=OWNER)
+    servers = name_servers(reader)
+    namespace = reader.get(NAMESPACE)
+    topic = reader.get(TOPIC)
+    group = reader.get(PRODUCER_GROUP) or DEFAULT_PRODUCER_GROUP
+
+    def number(name: str, default: int, *, zero_ok: bool) -> int:
+        value = reader.positive_int(name, default, zero_ok=zero_ok)
+        assert value is not None  # a default is given
+        return value
+
+    return SinkOptions(
+        client=client_config(reader, servers),
+        topic=None if topic is None else with_namespace(topic, namespace),
+        namespace=namespace,
+        producer_group=with_namespace(group, namespace),
+        send_timeout_ms=number(SEND_TIMEOUT_MS, DEFAULT_SEND_TIMEOUT_MS, zero_ok=False),
+        retries=number(RETRIES, DEFAULT_RETRIES, zero_ok=True),
+        compress_body_over_bytes=number(COMPRESS_BODY_OVER_BYTES, DEFAULT_COMPRESS_BODY_OVER_BYTES, zero_ok=False),
+        batch_max_bytes=number(BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_BYTES, zero_ok=True),
+    )
+
+
+def looks_like_a_write(raw: Mapping[str, str]) -> bool:
+    """Whether the options name one that only a write takes."""
+    write_only = {name.lower() for name in WRITE_ONLY_OPTIONS}
+    return any(key.lower() in write_only for key in raw)

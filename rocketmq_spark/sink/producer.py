@@ -1,0 +1,283 @@
+"""One task's sends: rows batched per queue, several sends on the wire, retries as the Java
+producer's.
+
+- Rows of one queue are gathered into batch sends of up to ``batchMaxBytes`` (never a delayed or
+  timer message, which go alone, nor a message larger than a batch), and compressed when sent
+  alone at ``compressBodyOverBytes`` or more.
+- Each queue has at most one send on the wire, so its rows are stored in the order the task saw
+  them; different queues' sends travel together on a broker's connection (answered by opaque),
+  up to ``MAX_IN_FLIGHT`` at once.
+- A send that failed in a way a retry can fix is sent again, ``retries`` times at most: an
+  unordered one to a queue of another broker (which is then passed over for a while), an ordered
+  or explicit-queue one to its own queue after a pause. Answers that say the message is stored
+  but not yet flushed or replicated are accepted with a warning: resending would store it twice.
+- ``close()`` returns once every row is stored, or raises an error naming the topic, the queue,
+  the broker and its answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from rocketmq_spark.model import MS_PER_SECOND, MessageQueue, now_ms
+from rocketmq_spark.records.outgoing import COMPRESSED_ZLIB_SYS_FLAG, batch_record_size, compress_body, encode_batch
+from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.client import Answer
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, RemotingCommand
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, RocketMQError
+from rocketmq_spark.remoting.sending import SendResult, SendStatus, send_batch, send_message
+from rocketmq_spark.sink.messages import Row, RowError, batch_properties, encoded_properties
+from rocketmq_spark.sink.options import SinkOptions
+from rocketmq_spark.sink.queues import QueuePicker
+from rocketmq_spark.sink.shared import Producer
+
+log = logging.getLogger(__name__)
+
+# Sends one task keeps on the wire at once (one per queue at most).
+MAX_IN_FLIGHT = 64
+# The largest body a send can carry: a broker drops a connection whose frame passes its frame bound
+# (16 MiB by default), so a larger body is refused here with an error that says so; bodies below
+# it but over the broker's maxMessageSize (4 MiB by default) get the broker's own answer.
+# Room left in the frame for the header (properties take up to 32 KiB of it).
+FRAME_HEADER_ROOM_BYTES = 64 * 1024
+MAX_SEND_BODY_BYTES = DEFAULT_MAX_FRAME_LENGTH - FRAME_HEADER_ROOM_BYTES
+# The pause before an ordered or explicit-queue send is tried again on its own queue.
+PINNED_RETRY_PAUSE_S = 1.0
+# Answers after which the Java producer sends again (DefaultMQProducer.retryResponseCodes).
+RETRY_RESPONSE_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+        ResponseCode.GO_AWAY,
+        ResponseCode.FLOW_CONTROL,
+    }
+)
+
+
+class SendFailedError(RocketMQError):
+    """Rows could not be stored after the retries: names the topic, queue, broker and answer."""
+
+    def __init__(self, queue: MessageQueue, address: str | None, attempts: int, cause: RocketMQError) -> None:
+        self.queue = queue
+        self.cause = cause
+        where = f"broker {queue.broker_name} at {address}" if address else f"broker {queue.broker_name} (no master)"
+        super().__init__(
+            f"sending to topic {queue.topic}, queue {queue.broker_name}/{queue.queue_id}, failed after "
+            f"{attempts} attempt(s); {where} answered: {cause}"
+        )
+
+
+def worth_retrying(error: RocketMQError) -> bool:
+    """Whether the Java producer would send again after this error."""
+    return error.retriable or (isinstance(error, BrokerResponseError) and error.code in RETRY_RESPONSE_CODES)
+
+
+class _Refused:
+    """The answer of a send that could not even be written (no connection): its error."""
+
+    def __init__(self, error: RocketMQError) -> None:
+        self._error = error
+
+    def result(self) -> RemotingCommand:
+        raise self._error
+
+
+@dataclass
+class _Message:
+    row: Row
+    unique_id: str
+    properties: bytes = b""  # as encoded for the broker it goes to
+
+
+@dataclass
+class _Open:
+    """A queue's batch being gathered."""
+
+    messages: list[_Message] = field(default_factory=list)
+    size: int = 0
+
+
+@dataclass
+class _Send:
+    queue: MessageQueue
+    address: str | None
+    messages: list[_Message]
+    call: Call[SendResult] | None = None
+    answer: Answer | None = None
+    attempts: int = 0
+
+
+class TaskProducer:
+    """Sends one task's rows; ``add`` each row in order, then ``close``."""
+
+    def __init__(self, options: SinkOptions, producer: Producer, picker: QueuePicker | None = None) -> None:
+        self._options = options
+        self._producer = producer
+        self._picker = picker or QueuePicker(producer.routes)
+        self._timeout_s = options.send_timeout_ms / MS_PER_SECOND
+        self._open: dict[MessageQueue, _Open] = {}
+        self._flying: dict[MessageQueue, _Send] = {}
+        self._order: deque[MessageQueue] = deque()
+        self.stored = 0
+        self.unflushed = 0
+
+    def add(self, row: Row) -> None:
+        if len(row.body) > MAX_SEND_BODY_BYTES:
+            raise RowError(
+                f"a row of topic {row.topic} has a body of {len(row.body)} bytes, more than a send can carry "
+                f"({MAX_SEND_BODY_BYTES}). Split it, or store it elsewhere and send a reference"
+            )
+        message = _Message(row, self._producer.ids.next())
+        queue, address, _ = self._target(message)
+        size = batch_record_size(len(row.body), len(message.properties))
+        limit = self._options.batch_max_bytes
+        if row.single or limit == 0 or size > limit:
+            self._dispatch(queue)  # what the queue gathered goes first, in order
+            self._submit(_Send(queue, address, [message]))
+            return
+        gathered = self._open.get(queue)
+        if gathered is not None and gathered.size + size > limit:
+            self._dispatch(queue)
+            gathered = None
+        if gathered is None:
+            gathered = self._open[queue] = _Open()
+        gathered.messages.append(message)
+        gathered.size += size
+
+    def close(self) -> None:
+        """Send what is gathered and wait until every send is stored (or raise)."""
+        for queue in list(self._open):
+            self._dispatch(queue)
+        while self._order:
+            self._settle(self._order[0])
+
+    # ----------------------------------------------------------------- placing
+
+    def _target(self, message: _Message, avoid: str | None = None) -> tuple[MessageQueue, str | None, bool]:
+        """The message's queue and its master's address, with its properties encoded for that
+        broker; a broker that cannot be registered with is passed over like a failed send."""
+        attempts = 0
+        while True:
+            queue = self._picker.pick(message.row, avoid)
+            address = self._picker.master(queue)
+            try:
+                five_x = True if address is None else self._producer.five_x(address)
+            except RocketMQError as err:
+                attempts += 1
+                if attempts > self._options.retries or not worth_retrying(err):
+                    raise SendFailedError(queue, address, attempts, err) from err
+                self._failed(queue, address)
+                if message.row.pinned:  # its queue or none: wait for the broker, or a new master
+                    time.sleep(PINNED_RETRY_PAUSE_S)
+                    self._picker.route(queue.topic, fresh=True)
+                else:
+                    avoid = queue.broker_name
+                continue
+            self._encode(message, five_x)
+            return queue, address, five_x
+
+    def _encode(self, message: _Message, five_x: bool) -> None:
+        message.properties = encoded_properties(
+            message.row, message.unique_id, five_x=five_x, namespace=self._options.namespace
+        )
+
+    def _dispatch(self, queue: MessageQueue) -> None:
+        gathered = self._open.pop(queue, None)
+        if gathered is not None and gathered.messages:
+            address = self._picker.master(queue)
+            self._submit(_Send(queue, address, gathered.messages))
+
+    # ----------------------------------------------------------------- sending
+
+    def _submit(self, send: _Send) -> None:
+        """Put the send on the wire once its queue's previous one is stored and the window has room."""
+        if send.queue in self._flying:
+            self._settle(send.queue)
+        while len(self._flying) >= MAX_IN_FLIGHT:
+            self._settle(self._order[0])
+        self._write(send)
+        self._flying[send.queue] = send
+        self._order.append(send.queue)
+
+    def _write(self, send: _Send) -> None:
+        send.attempts += 1
+        send.call = self._call(send)
+        if send.address is None:
+            send.answer = _Refused(NoReplicaError(send.queue.broker_name, []))
+            return
+        try:
+            send.answer = self._producer.client.submit(
+                send.address, send.call.code, send.call.fields, send.call.body, self._timeout_s
+            )
+        except RocketMQError as err:
+            send.answer = _Refused(err)
+
+    def _call(self, send: _Send) -> Call[SendResult]:
+        group, born = self._producer.group, now_ms()
+        if len(send.messages) == 1:
+            message = send.messages[0]
+            body, sys_flag = message.row.body, 0
+            if len(body) >= self._options.compress_body_over_bytes:
+                body, sys_flag = compress_body(body), COMPRESSED_ZLIB_SYS_FLAG
+            properties = message.properties.decode("utf-8")
+            return send_message(send.queue, body, group=group, properties=properties, sys_flag=sys_flag, born_ms=born)
+        body = encode_batch((0, m.row.body, m.properties) for m in send.messages)
+        properties = batch_properties(self._options.namespace)
+        return send_batch(send.queue, body, group=group, properties=properties, born_ms=born)
+
+    def _settle(self, queue: MessageQueue) -> None:
+        """Wait for the queue's send, sending it again while that can help."""
+        send = self._flying.pop(queue)
+        self._order.remove(queue)
+        while True:
+            assert send.call is not None
+            try:
+                assert send.answer is not None
+                result = send.call.read(send.answer.result(), send.address or "")
+            except RocketMQError as err:
+                if isinstance(err, RowError) or not worth_retrying(err) or send.attempts > self._options.retries:
+                    raise SendFailedError(send.queue, send.address, send.attempts, err) from err
+                log.warning("send to %s at %s failed (%s); sending again", send.queue, send.address, err)
+                self._again(send)
+                continue
+            self._stored(send, result)
+            return
+
+    def _again(self, send: _Send) -> None:
+        """Send a failed send again: unordered rows to another broker, pinned ones to their queue."""
+        self._failed(send.queue, send.address)
+        if send.messages[0].row.pinned:
+            time.sleep(PINNED_RETRY_PAUSE_S)
+            self._picker.route(send.queue.topic, fresh=True)
+            send.address = self._picker.master(send.queue)
+        else:
+            send.queue, send.address, five_x = self._target(send.messages[0], avoid=send.queue.broker_name)
+            for message in send.messages[1:]:  # encoded for the new broker's line, with the same ids
+                self._encode(message, five_x)
+        self._write(send)
+
+    def _failed(self, queue: MessageQueue, address: str | None) -> None:
+        self._picker.failed(queue.broker_name)
+        if address is not None:
+            self._producer.routes.failed(address, queue.topic)
+
+    def _stored(self, send: _Send, result: SendResult) -> None:
+        self.stored += len(send.messages)
+        if result.status is not SendStatus.SEND_OK:
+            self.unflushed += len(send.messages)
+            log.warning(
+                "%d message(s) sent to %s at %s are stored but %s: accepted, as the Java producer accepts them",
+                len(send.messages),
+                send.queue,
+                send.address,
+                result.status.value,
+            )

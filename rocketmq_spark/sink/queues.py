@@ -1,0 +1,121 @@
+"""Which queue a row goes to, as RocketMQ's Java producer chooses.
+
+- An explicit queue (``brokerName`` and ``queueId``) is taken as it is.
+- A ``shardingKey`` picks from the publish list (``TopicRoute.publish_queues``) what Java's
+  ``SelectMessageQueueByHash`` picks: the key's ``String.hashCode``, Java's remainder by the
+  list's length (the dividend's sign), then its absolute value.
+- Any other row goes round-robin over the publish list, passing over a broker name that failed
+  within ``FAULT_AVOID_S`` (the Java producer's send fault tolerance: an isolated broker is
+  avoided for ten seconds) and, for a retry, the one that just failed.
+
+Only brokers that list a master are in the publish list: sends go to masters.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.errors import TopicNotFoundError
+from rocketmq_spark.remoting.membership import java_string_hash
+from rocketmq_spark.remoting.route import TopicRoute
+from rocketmq_spark.sink.messages import Row, RowError
+
+# How long a broker name that failed a send is passed over by unordered rows.
+FAULT_AVOID_S = 10.0
+# How long a task uses a route it asked for before asking the shared routes again: a row costs
+# no lock then, and a new route (refreshed every few seconds, or after a failure) is seen soon.
+ROUTE_REUSE_S = 0.5
+
+
+class Routes(Protocol):
+    """What the picker needs of ``remoting.replicas.Replicas``: the topic's current route."""
+
+    def route(self, topic: str, fresh: bool = False) -> TopicRoute: ...
+
+
+def hashed_queue(queues: list[MessageQueue], key: str) -> MessageQueue:
+    """``SelectMessageQueueByHash``: Java's ``abs(key.hashCode() % size)``."""
+    return queues[abs(java_string_hash(key)) % len(queues)]
+
+
+class QueuePicker:
+    """Chooses each row's queue; one per task (its round-robin position is the task's own)."""
+
+    def __init__(self, routes: Routes, clock: Callable[[], float] = time.monotonic) -> None:
+        self._routes = routes
+        self._clock = clock
+        self._next = random.randrange(1 << 16)  # tasks start at different queues, as Java's threads do
+        self._faults: dict[str, float] = {}
+        self._publish: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
+        self._recent: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (until when, route)
+
+    def route(self, topic: str, fresh: bool = False) -> TopicRoute:
+        """The topic's route, reused for ``ROUTE_REUSE_S`` unless ``fresh``."""
+        now = self._clock()
+        recent = self._recent.get(topic)
+        if recent is not None and recent[0] > now and not fresh:
+            return recent[1]
+        try:
+            route = self._routes.route(topic, fresh)
+        except TopicNotFoundError as err:
+            raise RowError(
+                f"topic {topic} does not exist ({err}). The sink creates no topics: create it first "
+                "(mqadmin updateTopic), or write to a topic that exists"
+            ) from err
+        self._recent[topic] = (now + ROUTE_REUSE_S, route)
+        return route
+
+    def master(self, queue: MessageQueue) -> str | None:
+        """The address of the queue's broker's master, where its sends go (None while it has none)."""
+        return self.route(queue.topic).master_address(queue.broker_name)
+
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's publish list, computed once per route the name server gave."""
+        route = self.route(topic)
+        known = self._publish.get(topic)
+        if known is not None and known[0] is route:
+            return known[1]
+        queues = route.publish_queues()
+        if not queues:
+            raise RowError(
+                f"topic {topic} has no writable queue on a broker with a master now. Check the topic's "
+                "permission and that its brokers' masters run"
+            )
+        self._publish[topic] = (route, queues)
+        return queues
+
+    def failed(self, broker_name: str) -> None:
+        """A send to the broker name failed: unordered rows pass it over for a while."""
+        self._faults[broker_name] = self._clock() + FAULT_AVOID_S
+
+    def pick(self, row: Row, avoid: str | None = None) -> MessageQueue:
+        """The row's queue; ``avoid``: a broker name an unordered row's retry should not go back to."""
+        if row.broker_name is not None and row.queue_id is not None:
+            return self._explicit(row)
+        queues = self.publish_queues(row.topic)
+        if row.sharding_key is not None:
+            return hashed_queue(queues, row.sharding_key)
+        now = self._clock()
+        count = len(queues)
+        for step in range(count):
+            queue = queues[(self._next + step) % count]
+            if queue.broker_name != avoid and self._faults.get(queue.broker_name, 0.0) <= now:
+                self._next += step + 1
+                return queue
+        self._next += 1  # every broker failed lately: take turns all the same
+        return queues[self._next % count]
+
+    def _explicit(self, row: Row) -> MessageQueue:
+        assert row.broker_name is not None and row.queue_id is not None
+        route = self.route(row.topic)
+        writes = {qd.broker_name: qd.write_queue_nums for qd in route.queue_datas if qd.writable}
+        if not 0 <= row.queue_id < writes.get(row.broker_name, 0):
+            raise RowError(
+                f"a row of topic {row.topic} names queue {row.broker_name}/{row.queue_id}, which the route does not "
+                f"list as writable (writable queues: {writes or 'none'}). Name a queue the topic has"
+            )
+        return MessageQueue(row.topic, row.broker_name, row.queue_id)

@@ -1,0 +1,106 @@
+"""What the writing tasks of one Python worker share: the client and its connections, the topics'
+routes, the producer's client id and unique ids, and its registration with each broker.
+
+A producer registers with a broker by heartbeat before its first send there, and again every
+``HEARTBEAT_INTERVAL_S`` while it sends (as the Java producer does), so ``mqadmin
+producerConnection`` lists it. The heartbeat's answer also says which line the broker runs, which
+decides how a message is written for it (a timer message needs 5.x; 5.x reserves more property
+names).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from rocketmq_spark.model import ClientConfig
+from rocketmq_spark.records.outgoing import UniqueIds
+from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.client import Answer, RocketMQClient
+from rocketmq_spark.remoting.codes import FIRST_5X_VERSION
+from rocketmq_spark.remoting.connection import local_ip
+from rocketmq_spark.remoting.membership import producer_heartbeat
+from rocketmq_spark.remoting.replicas import Replicas
+
+# As the Java clients beat (heartbeatBrokerInterval); a broker forgets a producer after 120 s.
+HEARTBEAT_INTERVAL_S = 30.0
+# What marks a client id as a writer of this package: ``<ip>@rocketmq-spark-writer-<pid>-<id>``.
+WRITER_CLIENT_MARK = "@rocketmq-spark-writer-"
+
+T = TypeVar("T")
+
+
+class SendingClient(Protocol):
+    """What the sink uses of ``RocketMQClient``: one call at a time (heartbeats), and sends
+    without waiting for their answers."""
+
+    def call(self, address: str, call: Call[T], timeout: float | None = None) -> T: ...
+
+    def submit(
+        self,
+        address: str,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> Answer: ...
+
+
+def address_bytes(ip: str) -> bytes:
+    """The packed address a unique id starts with (4 bytes for IPv4, 16 for IPv6)."""
+    return ipaddress.ip_address(ip).packed
+
+
+@dataclass
+class Producer:
+    """One producer group's registration and ids over one client, shared by a worker's tasks."""
+
+    client: SendingClient
+    group: str
+    client_id: str
+    ids: UniqueIds
+    routes: Replicas
+    clock: Callable[[], float] = time.monotonic
+    _beats: dict[str, tuple[float, int]] = field(default_factory=dict)  # address -> (when, server version)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def five_x(self, address: str) -> bool:
+        """Whether the broker (or proxy) at ``address`` runs RocketMQ 5.x; registers the producer
+        there first when its last heartbeat is older than the interval (raises what that met)."""
+        now = self.clock()
+        with self._lock:
+            beat = self._beats.get(address)
+        if beat is None or now - beat[0] >= HEARTBEAT_INTERVAL_S:
+            version = self.client.call(address, producer_heartbeat(self.client_id, self.group))
+            beat = (now, version)
+            with self._lock:
+                self._beats[address] = beat
+        return beat[1] >= FIRST_5X_VERSION
+
+
+_producers: dict[tuple[ClientConfig, str], Producer] = {}
+_producers_lock = threading.Lock()
+
+
+def shared_producer(config: ClientConfig, group: str) -> Producer:
+    """This worker's producer for the config and group, made on first use."""
+    with _producers_lock:
+        producer = _producers.get((config, group))
+        if producer is None:
+            client = RocketMQClient(config)
+            ip = local_ip(config.name_servers[0])
+            producer = Producer(
+                client=client,
+                group=group,
+                client_id=f"{ip}{WRITER_CLIENT_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}",
+                ids=UniqueIds(address_bytes(ip)),
+                routes=Replicas(client.topic_route),
+            )
+            _producers[(config, group)] = producer
+        return producer
