@@ -48,7 +48,7 @@ format: $(INSTALLED)
 	$(PY) -m ruff format .
 
 # Every test but the package tests, the other PySpark lines, the fault tests and the docs tests
-# (below), which would take make test from about 20 minutes to over 30 on two cores.
+# (below), which would take make test from about 15 minutes to over 30 on two cores.
 test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
@@ -67,7 +67,7 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 # on its checkpoint, AvailableNow, a time window, a new group from the last offset and a topic of
 # 2 x 512 queues against the real broker (integration/tests/test_spark_lines.py); then the wheel
 # beside PySpark 3.5, where it must not import, and the package tests above, sharing the 4.2
-# virtualenv. About 7 minutes on 2 cores; .ci/run runs it after make test.
+# virtualenv. About 6 minutes on 2 cores; .ci/run runs it after make test.
 spark-lines: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "package or spark_lines" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
@@ -89,7 +89,7 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset against one release, e.g. make compat ROCKETMQ_VERSION=4.9.7 (about
-# 8 to 9 minutes on 5.x, where its cases also run through the proxy, and 5 on 4.9.7, on 2 cores;
+# 4 minutes on 5.x, where its cases also run through the proxy, and 3 on 4.9.7, on 2 cores;
 # see docs/running-rocketmq.md).
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
@@ -103,7 +103,7 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised; then the
 # failovers of replicated clusters of their own (integration/tests/test_failover.py): master-slave
 # on 5.3.3 (with and without slave reads) and 4.9.7, a DLedger group, controller mode, a batch read
-# served by a slave. About 17 to 20 minutes on 2 cores (docs/development/testing.md).
+# served by a slave. About 14 minutes on 2 cores (docs/development/testing.md).
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
