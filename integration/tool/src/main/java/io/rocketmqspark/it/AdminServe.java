@@ -1,8 +1,5 @@
 package io.rocketmqspark.it;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
 
 /**
@@ -16,22 +13,10 @@ public final class AdminServe {
     private AdminServe() {}
 
     public static void main(String[] argv) throws Exception {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line = in.readLine(); line != null; line = in.readLine()) {
-            int status = 0;
-            try {
-                MQAdminStartup.main0(Served.arguments(line), null);
-            } catch (Exception e) {
-                e.printStackTrace();
-                status = 1;
-            } catch (Error e) {
-                // The JVM may be in no state for the next command: this one fails, and the server ends.
-                e.printStackTrace();
-                Served.end(1);
-                System.exit(1);
-            }
-            Served.end(status);
-        }
+        Served.loop(line -> {
+            MQAdminStartup.main0(line, null);
+            return true;
+        });
         System.exit(0);
     }
 }

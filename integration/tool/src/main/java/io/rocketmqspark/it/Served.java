@@ -1,5 +1,10 @@
 package io.rocketmqspark.it;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+
 /**
  * The line protocol of a JVM that serves commands ({@code Tool serve}, {@code AdminServe}): a
  * command a line on stdin, its arguments separated by tabs; after its output, a newline and
@@ -12,13 +17,38 @@ final class Served {
     private static final String SEPARATOR = "\t";
     private static final String END = "#END ";
 
-    private Served() {}
-
-    static String[] arguments(String line) {
-        return line.split(SEPARATOR, -1);
+    /** One command: true when it ran, false when it failed (its error already on stderr). */
+    interface Command {
+        boolean run(String[] argv) throws Exception;
     }
 
-    static void end(int status) {
+    private Served() {}
+
+    /**
+     * Runs the commands on stdin one after another until stdin ends, each followed by its end
+     * line. An Error ends the server after its end line: the JVM may be in no state for the next.
+     */
+    static void loop(Command command) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            int status = 0;
+            try {
+                if (!command.run(line.split(SEPARATOR, -1))) {
+                    status = 1;
+                }
+            } catch (Exception e) {
+                e.printStackTrace();
+                status = 1;
+            } catch (Error e) {
+                e.printStackTrace();
+                end(1);
+                System.exit(1);
+            }
+            end(status);
+        }
+    }
+
+    private static void end(int status) {
         System.err.print("\n" + END + status + "\n");
         System.err.flush();
         System.out.print("\n" + END + status + "\n");

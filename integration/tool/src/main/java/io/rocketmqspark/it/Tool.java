@@ -1,7 +1,5 @@
 package io.rocketmqspark.it;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -107,25 +105,13 @@ public final class Tool {
      * Ends when stdin does.
      */
     private static void serve() throws Exception {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line = in.readLine(); line != null; line = in.readLine()) {
-            int status = 0;
-            try {
-                if (!run(Served.arguments(line))) {
-                    usage();
-                    status = 1;
-                }
-            } catch (Exception e) {
-                e.printStackTrace();
-                status = 1;
-            } catch (Error e) {
-                // The JVM may be in no state for the next command: this one fails, and the server ends.
-                e.printStackTrace();
-                Served.end(1);
-                System.exit(1);
+        Served.loop(argv -> {
+            if (run(argv)) {
+                return true;
             }
-            Served.end(status);
-        }
+            usage();
+            return false;
+        });
     }
 
     private static void usage() {
