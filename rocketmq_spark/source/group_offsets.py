@@ -102,7 +102,29 @@ class GroupOffsets:
         # A broker back from a crash may have answered over its first new connection, with what it
         # had flushed before it went down: older than what the stream stored, and no operator's doing.
         back = self._forget_reconnected()
-        return {**found, **resets.moved(ours, {q: o for q, o in now.items() if q.broker_name not in back})}
+        changed = resets.moved(ours, {q: o for q, o in now.items() if q.broker_name not in back})
+        return {**found, **self._confirm_zeros(changed, group)}
+
+    def _confirm_zeros(self, changed: OffsetMap, group: str) -> OffsetMap:
+        """Consume stats read 0 where the group stores nothing: after its topic was deleted and
+        created again, or its offsets were deleted. Those queues are asked one by one; an offset
+        that is gone is no reset (the queue's data-loss check decides), and is stored again."""
+        zeros = [q for q, o in changed.items() if o == 0]
+        if not zeros:
+            return changed
+        try:
+            gone = {q for q, o in self._offsets.stored_offsets(zeros, group).items() if o is None}
+        except RocketMQError as err:
+            log.debug("stored offsets of %s not confirmed (%s); asked again at the next look", group, err)
+            return {q: o for q, o in changed.items() if o != 0}
+        if gone:
+            log.info(
+                "consumer group %s: nothing is stored any more for %s; the stream stores its own offsets again",
+                group,
+                ", ".join(str(q) for q in sorted(gone)),
+            )
+            self.stored = {q: o for q, o in self.stored.items() if q not in gone}
+        return {q: o for q, o in changed.items() if q not in gone}
 
     def store_position(self, start: Mapping[MessageQueue, int], followed: Mapping[MessageQueue, int]) -> None:
         """The trigger's one store: the batch that ended at ``start`` is in Spark's commit log, and

@@ -12,7 +12,7 @@ import pytest
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client_requests import read_offset_reset
 from rocketmq_spark.remoting.connection import CONNECTION_MAX_IDLE_S
-from rocketmq_spark.remoting.errors import OffsetResetError
+from rocketmq_spark.remoting.errors import DataLossError, OffsetResetError
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.group import HEARTBEAT_INTERVAL_S
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
@@ -238,3 +238,35 @@ def test_a_reset_made_while_idle_is_followed_by_the_next_batch_however_soon_it_c
     assert resets_from_spark(end) == {A0: 25}
     assert ranges(reader.partitions(start, end)) == [(A0, 25, END), (A1, CAUGHT_UP, END)]
     assert fake.stored == {A0: 25, A1: CAUGHT_UP}
+
+
+class TopicRecreated(FakeOffsets):
+    """Consume stats as a broker answers them: 0 for a queue where the group stores nothing (its
+    offsets went with the topic when it was deleted and created again)."""
+
+    def group_offsets(self, queues: Any, group: str) -> dict[MessageQueue, int]:
+        return {q: self.stored.get(q, 0) for q in queues}
+
+
+def test_a_stored_offset_gone_with_its_topic_is_no_reset_but_data_loss(caplog: pytest.LogCaptureFixture) -> None:
+    fake = TopicRecreated({A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake, failOnDataLoss="true")
+    start = spark({A0: CAUGHT_UP, A1: CAUGHT_UP})
+    reader.latestOffset(start, ReadAllAvailable())
+    del fake.stored[A0]  # A0's topic was deleted and created again: 5 new messages
+    fake.ranges = {A0: (0, 5), A1: (0, CAUGHT_UP)}
+    with caplog.at_level(logging.WARNING, logger=STREAM_LOGGER), pytest.raises(DataLossError, match=str(A0)):
+        reader.latestOffset(start, ReadAllAvailable())
+    assert caplog.records == []  # no "reset by an operator"
+
+
+def test_a_reset_to_zero_is_still_a_reset() -> None:
+    fake = TopicRecreated({A0: (0, CAUGHT_UP), A1: (0, CAUGHT_UP)})
+    reader = stream(fake)
+    start = spark({A0: CAUGHT_UP, A1: CAUGHT_UP})
+    reader.latestOffset(start, ReadAllAvailable())
+    fake.stored[A0] = 0
+    fake.ranges = {A0: (0, END), A1: (0, CAUGHT_UP)}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert resets_from_spark(end) == {A0: 0}
+    assert ranges(reader.partitions(start, end)) == [(A0, 0, END)]
