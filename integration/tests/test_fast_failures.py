@@ -1,6 +1,6 @@
 """A query whose name servers cannot be reached fails in seconds, through Spark, with an error that
 names each address and what it answered; a running query still rides out a broker restart
-(test_broker_restart.py).
+(test_faults.py, under make faults).
 
 The name servers here are loopback ports of the test's own: a closed port (refused), a listener
 whose backlog is full (connects time out, as to a host that drops packets) and one that accepts
