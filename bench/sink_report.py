@@ -35,6 +35,10 @@ def _contender(runs: list[Run]) -> dict[str, Any]:
         "broker_cpu_seconds_median": round(statistics.median(r.broker_cpu for r in runs), 1),
         "runs_seconds": [round(r.seconds, 2) for r in runs],
         "runs_client_cpu_seconds": [round(r.client_cpu, 2) for r in runs],
+        "client_cpu_us_per_message_by_group_median": {
+            group: round(statistics.median(r.client_cpu_groups[group] / r.messages * US_PER_S for r in runs), 1)
+            for group in runs[0].client_cpu_groups
+        },
     }
 
 
@@ -85,6 +89,11 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "CPU us/msg: the client's CPU per message, median run (Java: the JVM's own over the timed span;"
         " sink: the Spark JVM and its Python workers, from /proc)",
+        "sink CPU us/msg by process group, median run: "
+        + ", ".join(
+            f"{group} {value:.0f}"
+            for group, value in report["contenders"][SINK]["client_cpu_us_per_message_by_group_median"].items()
+        ),
         "",
         f">>> target sink / fastest Java mode ({report['fastest_java']}) >= {TARGET_AT_LEAST:.2f} on best runs: "
         f"{r['sink/fastest_java_best']:.3f} (on medians {r['sink/fastest_java_median']:.3f}), "

@@ -14,7 +14,7 @@ equal what was sent. Kept apart from the arguments and the report of bench_sink.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dataset import QUEUES_PER_BROKER, TOOL_TIMEOUT_S
@@ -41,12 +41,14 @@ WARMUP_MIN = 4000
 
 @dataclass
 class Run:
-    """One timed run: messages stored, seconds, the client's CPU seconds, the brokers' CPU seconds."""
+    """One timed run: messages stored, seconds, the client's CPU seconds (and by process group,
+    for the sink), the brokers' CPU seconds."""
 
     messages: int
     seconds: float
     client_cpu: float
     broker_cpu: float
+    client_cpu_groups: dict[str, float] = field(default_factory=dict)
 
 
 def start_spark() -> Any:
@@ -158,4 +160,5 @@ def run_sink(cluster: Cluster, servers: list[int], df: Any, topic: str, messages
         seconds = write_sink(df, cluster.namesrv_addr, topic)
     check_stored(cluster, topic, messages, SINK)
     cpu = sampler.cpu()
-    return Run(messages, seconds, cpu[SPARK_JVM] + cpu[SPARK_PYTHON], cpu["rocketmq"])
+    groups = {group: cpu[group] for group in (SPARK_JVM, SPARK_PYTHON)}
+    return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
