@@ -61,6 +61,11 @@ DEFAULT_REPEATS = 3
 # Asynchronous sends in flight per Java thread: the sink keeps up to 64 per task (MAX_IN_FLIGHT).
 DEFAULT_WINDOW = 64
 SINK_WARMUP_MESSAGES = 20_000
+# How long a send may wait in a broker's queue before the broker refuses it as busy (200 ms by
+# default): on a loaded 2-core machine writers that keep many sends in flight, the Java
+# producer's async mode and the sink alike, meet that limit, and a send refused after every
+# retry would fail the run. The same brokers serve every contender.
+SEND_QUEUE_WAIT_MS = 2000
 
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
@@ -97,7 +102,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     stop_leftover(args.workdir)
     cluster = Cluster(
         ClusterConfig(
-            workdir=args.workdir, brokers=BROKERS, namesrv_port=args.namesrv_port, broker_ports=args.broker_ports
+            workdir=args.workdir,
+            brokers=BROKERS,
+            namesrv_port=args.namesrv_port,
+            broker_ports=args.broker_ports,
+            extra_broker_settings={"waitTimeMillsInSendQueue": str(SEND_QUEUE_WAIT_MS)},
         )
     )
     spark = None
