@@ -19,6 +19,7 @@ RMQ_CLASSPATH := integration/target/classpath-$(ROCKETMQ_VERSION).txt
 # 4.x has no proxy.
 PROXY_FLAG := $(if $(filter 4.%,$(ROCKETMQ_VERSION)),,--proxy)
 BIG_BENCH_ARGS ?=
+SINK_BENCH_ARGS ?=
 
 .PHONY: check format test package-test spark-lines docs-test unit integration compat faults demo bench dist cluster-start cluster-stop clean
 
@@ -124,11 +125,14 @@ demo: $(INSTALLED) $(RMQ_CLASSPATH)
 # stopped at the end, also on failure). About 9 minutes on a quiet 2-core machine: 6 for the
 # comparison (with the five-column spark.read, the storeTimestamp window with and without
 # pushdown, and two 30 s latency runs), 3 for the big topic. A quick run: make bench BENCH_ARGS="--messages 100000 --repeats 1 --latency-seconds 10"
-# BIG_BENCH_ARGS="--queues-per-broker 128".
+# BIG_BENCH_ARGS="--queues-per-broker 128". Last, the sink against the Java producer's sync, async
+# and batch sends, 1,000,000 rows of 1 KiB a run, 3 runs each (integration/work/bench-sink; its
+# stores are deleted at the end): make bench SINK_BENCH_ARGS="--messages 100000 --repeats 1".
 bench: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) bench/bench_compare.py $(BENCH_ARGS)
 	$(PY) bench/bench_big_topic.py $(BIG_BENCH_ARGS)
+	$(PY) bench/bench_sink.py $(SINK_BENCH_ARGS)
 
 # The sdist and the wheel a release uploads, checked as PyPI reads them (make package-test checks
 # them too, and installs the wheel into a fresh virtualenv).

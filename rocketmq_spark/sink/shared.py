@@ -74,8 +74,9 @@ class Producer:
         """Whether the broker (or proxy) at ``address`` runs RocketMQ 5.x; registers the producer
         there first when its last heartbeat is older than the interval (raises what that met)."""
         now = self.clock()
-        with self._lock:
-            beat = self._beats.get(address)
+        # Every row asks, so the read takes no lock: a dict read is atomic, and a beat is only
+        # ever replaced whole (under the lock, below).
+        beat = self._beats.get(address)
         if beat is None or now - beat[0] >= HEARTBEAT_INTERVAL_S:
             version = self.client.call(address, producer_heartbeat(self.client_id, self.group))
             beat = (now, version)

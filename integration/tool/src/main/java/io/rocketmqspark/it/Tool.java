@@ -92,6 +92,7 @@ public final class Tool {
             case "set-offset" -> setOffset(args);
             case "consume" -> consume(args);
             case "push-consume" -> PushConsume.run(args);
+            case "produce-bench" -> ProduceBench.run(args);
             default -> {
                 return false;
             }
@@ -128,6 +129,9 @@ public final class Tool {
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
             "  push-consume --topic T --group G --seconds S (a push consumer online for S seconds)",
+            "  produce-bench --topic T --messages N [--mode sync|async|batch] [--threads 2] [--window 64]",
+            "          [--batch-bytes 1048576] [--body-size 1024] [--warmup N --warmup-topic W]",
+            "          (the producer's throughput and CPU, one JSON line; ProduceBench has the method)",
             "  common: [--access-key AK --secret-key SK]",
             "usage: Tool serve   (commands from stdin, one a line, arguments tab-separated; after each,",
             "                     a line #END 0 when it is done, #END 1 when it failed)"));

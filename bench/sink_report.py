@@ -1,0 +1,103 @@
+"""The report of bench_sink.py: each contender's runs summed up, the sink against the fastest Java
+mode, and the table printed at the end (the JSON holds the same)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from common import MIB
+from sink_runs import SINK, Run
+
+US_PER_S = 1e6
+SECONDS_PER_MINUTE = 60
+# The project's target: the sink at least as fast as the Java producer's fastest mode, best runs.
+TARGET_AT_LEAST = 1.0
+LABELS = {
+    "java-sync": "Java DefaultMQProducer, sync sends, 2 threads",
+    "java-async": "Java DefaultMQProducer, async sends, 2 threads",
+    "java-batch": "Java DefaultMQProducer, batch sends, 2 threads",
+    SINK: "df.write.format(rocketmq), local[2], 2 tasks",
+}
+
+
+def _contender(runs: list[Run]) -> dict[str, Any]:
+    rates = [r.messages / r.seconds for r in runs]
+    best = max(range(len(runs)), key=lambda k: rates[k])
+    cpu = [r.client_cpu / r.messages * US_PER_S for r in runs]
+    return {
+        "best_seconds": round(runs[best].seconds, 2),
+        "median_seconds": round(statistics.median(r.seconds for r in runs), 2),
+        "best_msgs_per_s": round(rates[best]),
+        "median_msgs_per_s": round(statistics.median(rates)),
+        "client_cpu_us_per_message_best_run": round(cpu[best], 1),
+        "client_cpu_us_per_message_median": round(statistics.median(cpu), 1),
+        "broker_cpu_seconds_median": round(statistics.median(r.broker_cpu for r in runs), 1),
+        "runs_seconds": [round(r.seconds, 2) for r in runs],
+        "runs_client_cpu_seconds": [round(r.client_cpu, 2) for r in runs],
+        "client_cpu_us_per_message_by_group_median": {
+            group: round(statistics.median(r.client_cpu_groups[group] / r.messages * US_PER_S for r in runs), 1)
+            for group in runs[0].client_cpu_groups
+        },
+    }
+
+
+def summarize(runs: dict[str, list[Run]]) -> dict[str, Any]:
+    """Every contender's numbers, and the sink over the fastest Java mode (best over best, median
+    over median)."""
+    table = {name: _contender(rs) for name, rs in runs.items()}
+    java = {name: row for name, row in table.items() if name != SINK}
+    fastest = max(java, key=lambda name: java[name]["best_msgs_per_s"])
+    sink = table[SINK]
+    ratio = sink["best_msgs_per_s"] / java[fastest]["best_msgs_per_s"]
+    return {
+        "contenders": table,
+        "fastest_java": fastest,
+        "ratio": {
+            "sink/fastest_java_best": round(ratio, 3),
+            "sink/fastest_java_median": round(sink["median_msgs_per_s"] / java[fastest]["median_msgs_per_s"], 3),
+            "at_least": TARGET_AT_LEAST,
+            "met": ratio >= TARGET_AT_LEAST,
+        },
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The table printed at the end of a run."""
+    p = report["parameters"]
+    m = report["machine"]
+    r = report["ratio"]
+    lines = [
+        "",
+        f"rocketmq-spark sink benchmark, {report['finished']}",
+        f"{p['messages']:,} messages x {p['body_size']} B per run, {p['queues']} queues on 2 brokers, "
+        f"{p['repeats']} run(s) each, a fresh topic per run; the whole run took "
+        f"{p['total_seconds'] // SECONDS_PER_MINUTE} min {p['total_seconds'] % SECONDS_PER_MINUTE} s",
+        f"{m['cpus']} x {m['cpu_model']}, {m['memory_gib']} GiB; Python {m['python']}, PySpark {m['pyspark']}, "
+        f"{m['java']}, RocketMQ {m['rocketmq']}",
+        "",
+        f"{'writer':48}{'best s':>8}{'median s':>10}{'best msg/s':>12}{'median':>9}{'MiB/s':>7}"
+        f"{'CPU us/msg':>11}   runs (s)",
+    ]
+    for name, row in report["contenders"].items():
+        lines.append(
+            f"{LABELS.get(name, name):48}{row['best_seconds']:>8.1f}{row['median_seconds']:>10.1f}"
+            f"{row['best_msgs_per_s']:>12,}{row['median_msgs_per_s']:>9,}"
+            f"{row['best_msgs_per_s'] * p['body_size'] / MIB:>7.1f}"
+            f"{row['client_cpu_us_per_message_median']:>11.0f}   {', '.join(f'{s:.1f}' for s in row['runs_seconds'])}"
+        )
+    lines += [
+        "CPU us/msg: the client's CPU per message, median run (Java: the JVM's own over the timed span;"
+        " sink: the Spark JVM and its Python workers, from /proc)",
+        "sink CPU us/msg by process group, median run: "
+        + ", ".join(
+            f"{group} {value:.0f}"
+            for group, value in report["contenders"][SINK]["client_cpu_us_per_message_by_group_median"].items()
+        ),
+        "",
+        f">>> target sink / fastest Java mode ({report['fastest_java']}) >= {TARGET_AT_LEAST:.2f} on best runs: "
+        f"{r['sink/fastest_java_best']:.3f} (on medians {r['sink/fastest_java_median']:.3f}), "
+        f"{'met' if r['met'] else 'NOT met'}",
+        "",
+    ]
+    return "\n".join(lines)
