@@ -285,36 +285,3 @@ def test_every_column(spark: Any, rocketmq: ClusterHandle, unique: Unique, tmp_p
         assert (row.reconsumeTimes, row.flag) == (0, 0)
     compressed = [r for r in rows if r.body.startswith((b"ZLIB", b"LZ4", b"ZSTD"))]
     assert len(compressed) == 6 and all(len(r.body) == 6000 for r in compressed)
-
-
-# --------------------------------------------------------------------------- 7
-
-
-def test_found_without_registering(rocketmq: ClusterHandle, unique: Unique, tmp_path: Path) -> None:
-    """A fresh Python process with the package installed finds format("rocketmq") by itself."""
-    import subprocess
-    import sys
-
-    topic = unique("discover")
-    create_topic(rocketmq, topic, queues=1)
-    produce(rocketmq, topic, 7)
-    script = tmp_path / "discover.py"
-    script.write_text(
-        "import os, sys\n"
-        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
-        "from pyspark.sql import SparkSession\n"
-        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
-        f"df = spark.read.format('rocketmq').option('nameServer', '{rocketmq.namesrv_addr}')"
-        f".option('topic', '{topic}').load()\n"
-        "print('COUNT', df.count())\n"
-        "spark.stop()\n"
-    )
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=QUERY_TIMEOUT_S,
-        check=False,
-    )
-    assert "COUNT 7" in result.stdout, result.stderr[-3000:]
