@@ -93,7 +93,7 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 # see docs/running-rocketmq.md).
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest integration/tests/test_versions.py $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration/tests/test_versions.py integration/tests/test_sink_versions.py $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # Faults under a running stream, each on 20,000 messages with exactly-once output and exact stored
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two
