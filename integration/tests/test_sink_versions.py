@@ -6,7 +6,9 @@ messages are checked independently of the package that sent them. Where the rele
 * 4.9 has no timer messages: a row with ``deliverTime`` is refused before anything is sent, while
   ``delayLevel`` works on every release; on 5.x a timer message is stored no earlier than its time;
 * 4.9 reserves fewer property names than 5.x (``DUP_INFO`` is a user's property there);
-* 4.9 has no proxy: on 5.x the writes go through the proxy's remoting port as well.
+* 4.9 has no proxy: on 5.x the writes go through the proxy's remoting port as well; the proxy
+  checks a message's type against its topic's, so delayed and timer messages go to a topic of
+  ``message.type`` DELAY there (4.9 has no topic attributes).
 
 test_sink.py has the rest of the sink's cases, on the release of ``make test``.
 """
@@ -52,6 +54,8 @@ RESERVED_ON_BOTH = "TTL"
 SYSTEM = frozenset(
     {"TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET", "MSG_REGION", "TRACE_ON"}
 )
+# The attribute of a topic of delayed and timer messages on 5.x (mqadmin updateTopic -a).
+DELAY_TOPIC_ATTRIBUTE = "+message.type=DELAY"
 THROUGH_BROKERS, THROUGH_PROXY = "brokers", "proxy"
 ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_proxy else (THROUGH_BROKERS,)
 
@@ -71,6 +75,12 @@ def write(df: Any, endpoint: str, topic: str, **options: str) -> None:
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
+
+
+def create_delay_topic(rocketmq: ClusterHandle, topic: str) -> None:
+    """A topic of one queue for delayed and timer messages, of type DELAY where the release has types."""
+    attributes = ("--attr", DELAY_TOPIC_ATTRIBUTE) if release(rocketmq.version).has_proxy else ()
+    create_topic(rocketmq, topic, 1, None, *attributes)
 
 
 def java_read(rocketmq: ClusterHandle, topic: str, count: int) -> dict[str, dict[str, Any]]:
@@ -136,7 +146,7 @@ def test_a_delay_level_message_arrives_after_its_delay(
     spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Any
 ) -> None:
     topic = unique("vs-delay")
-    create_topic(rocketmq, topic, queues=1)
+    create_delay_topic(rocketmq, topic)
     df = spark.createDataFrame([("delayed", DELAY_LEVEL)], "body string, delayLevel int")
     write(df, endpoint, topic)
     message = java_read(rocketmq, topic, 1)["delayed"]
@@ -148,7 +158,7 @@ def test_a_timer_message_arrives_at_its_time_on_5x_and_is_refused_before_sending
     spark: Any, rocketmq: ClusterHandle, endpoint: str, unique: Any
 ) -> None:
     topic = unique("vs-timer")
-    create_topic(rocketmq, topic, queues=1)
+    create_delay_topic(rocketmq, topic)
     # The time is Spark's at planning, just before the task sends; the row carries it as a
     # property too, to compare with the store time.
     df = spark.createDataFrame([("later",)], "body string").selectExpr(
