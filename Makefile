@@ -61,24 +61,25 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m package $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
-# The built wheel on the PySpark 4 lines the rest of the suite (on .venv's 4.3) does not run:
-# 4.0, 4.1 and 4.2, each in a fresh virtualenv that gets its PySpark before a plain pip install
-# of the wheel, which must leave that PySpark in place. Per line the unit tests against the
-# installed wheel, then one Spark process of that interpreter runs a committed stream restarted
-# on its checkpoint, AvailableNow, a time window, a new group from the last offset and a topic of
-# 2 x 512 queues against the real broker (integration/tests/test_spark_lines.py); then the wheel
-# beside PySpark 3.5, where it must not import, and the package tests above, sharing the 4.2
-# virtualenv. About 6 minutes on 2 cores; .ci/run runs it after make test.
+# The built wheel on the PySpark 4 lines the rest of the suite (on .venv's 4.3) does not run: 4.0,
+# 4.1 and 4.2, each in a fresh virtualenv that gets its PySpark before a plain pip install of the
+# wheel, which must leave that PySpark in place. Per line the unit tests against the installed
+# wheel, then one Spark process of that interpreter runs a committed stream restarted on its
+# checkpoint, AvailableNow, a time window, a new group from the last offset, a topic of 2 x 512
+# queues, and the sink's batch write and a stream into it against the real broker
+# (integration/tests/test_spark_lines.py); then the wheel beside PySpark 3.5, where it must not
+# import, and the package tests above, sharing the 4.2 virtualenv. About 6 minutes on 2 cores;
+# .ci/run runs it after make test.
 spark-lines: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "package or spark_lines" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The documentation as a reader runs it (integration/tests/test_docs.py, test_cluster_recipe.py):
 # every fenced block of README.md and docs/ marked tested or illustrative; the quickstart's hello
-# world on its launcher path (make cluster-start, a RocketMQ of its own); the demo from the built
-# wheel in a fresh virtualenv; the cluster recipe of docs/operations.md on a Spark standalone
-# cluster started from the installed PySpark (a master, two workers), a venv-pack archive shipped
-# with --archives, a backfill and a stream restarted on its checkpoint.
+# world on its launcher path (make cluster-start, a RocketMQ of its own), its write included; the
+# demo from the built wheel in a fresh virtualenv; the cluster recipe of docs/operations.md on a
+# Spark standalone cluster started from the installed PySpark (a master, two workers), a venv-pack
+# archive shipped with --archives, a backfill and a stream restarted on its checkpoint.
 docs-test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m docs $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
@@ -89,12 +90,13 @@ unit: $(INSTALLED)
 integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
-# The compatibility subset against one release, e.g. make compat ROCKETMQ_VERSION=4.9.7 (about
-# 4 minutes on 5.x, where its cases also run through the proxy, and 3 on 4.9.7, on 2 cores;
-# see docs/running-rocketmq.md).
+# The compatibility subset of the source and the sink against one release (test_versions.py,
+# test_sink_versions.py), e.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on 5.x, where
+# its cases also run through the proxy, and 3 on 4.9.7, on 2 cores before the sink's cases; see
+# docs/running-rocketmq.md).
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest integration/tests/test_versions.py $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration/tests/test_versions.py integration/tests/test_sink_versions.py $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # Faults under a running stream, each on 20,000 messages with exactly-once output and exact stored
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two

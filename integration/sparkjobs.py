@@ -36,6 +36,7 @@ from typing import Any
 
 if __package__:
     from integration.constants import LOOPBACK, QUERY_TIMEOUT_S
+    from integration.sinkjobs import SINK_OPS
     from integration.spark import local_spark
 else:
     # Run by path: integration/spark.py (the local session the whole harness shares) and
@@ -43,6 +44,7 @@ else:
     # beyond them.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from constants import LOOPBACK, QUERY_TIMEOUT_S
+    from sinkjobs import SINK_OPS
     from spark import local_spark
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -297,7 +299,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     """A classic session that serves the requests a test writes into ``--inbox``, in order, until a
     ``end`` request: one Spark start for many scenarios, between which the test does its own
     steps (producing messages, reading the broker). Request ``n`` is ``<n>.request.json``,
-    ``{"op": ..., "args": {...}}`` naming a method of ``Driven``; its answer, ``<n>.answer.json``,
+    ``{"op": ..., "args": {...}}`` naming a method of ``Driven`` or a write of sinkjobs.py; its
+    answer, ``<n>.answer.json``,
     is ``{"result": ...}`` or ``{"error": ...}``, each file written whole before it appears."""
     driven = Driven(session(args, **{"spark.sql.streaming.numRecentProgressUpdates": DRIVE_PROGRESS_KEPT}))
     inbox = Path(args.inbox)
@@ -308,7 +311,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             if request["op"] == END_OP:
                 break
             try:
-                answer: dict[str, Any] = {"result": getattr(driven, request["op"])(**request["args"])}
+                op, args = request["op"], request["args"]
+                result = SINK_OPS[op](driven.spark, **args) if op in SINK_OPS else getattr(driven, op)(**args)
+                answer: dict[str, Any] = {"result": result}
             except Exception as err:  # noqa: BLE001 - the test reads what Spark said
                 answer = {"error": {"type": type(err).__name__, "message": str(err)}}
             write_whole(inbox / f"{served}{ANSWER_SUFFIX}", json.dumps(answer))

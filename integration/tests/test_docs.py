@@ -2,7 +2,8 @@
 
 Every fenced block of README.md and docs/ is marked tested or illustrative; this module runs the
 quickstart's hello world on its launcher path (``make cluster-start``, RocketMQ's mqadmin and the
-project's producer, ``hello.py`` with ``python``, the batch count), progress.md's lag on a run of
+project's producer, ``hello.py`` with ``python``, the batch count, the write back into the topic
+read by RocketMQ's Java consumer), progress.md's lag on a run of
 that topic, and the demo from the built
 wheel in a fresh virtualenv, outside the checkout; test_cluster_recipe.py runs the cluster
 recipe of docs/operations.md. The only changes to a block are the substitutions each test lists:
@@ -11,6 +12,7 @@ the name server's address, and the commands' interpreter where the block names a
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.cluster import run_tool
 from integration.cluster_config import PORT_OFFSET
 from integration.connect import job_env
 from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, REPO
@@ -38,6 +41,7 @@ TESTED_LABELS = {
     "hello-program",
     "hello-run",
     "hello-batch",
+    "hello-write",
     "demo",
     "cluster-pack",
     "cluster-backfill",
@@ -104,13 +108,21 @@ def test_quickstart_hello_world(tmp_path: Path) -> None:
         # The progress page's blocks after an AvailableNow run of the hello world's stream, in
         # batches of a few messages, in the same session.
         stream = PROGRESS_STREAM.format(namesrv=namesrv, checkpoint=tmp_path / "checkpoint")
+        write = substitute(documented("hello-write"), {DOCUMENTED_NAMESRV: namesrv})
         (tmp_path / "count.py").write_text(
             f"{session}\n\nprint('count', {count})\n\n{stream}\n"
-            f"{documented('progress-read')}\n{documented('progress-lag')}"
+            f"{documented('progress-read')}\n{documented('progress-lag')}\n{write}"
         )
         output = shell("python count.py", tmp_path, env)
         assert f"count {HELLO_MESSAGES}" in output, output
         assert re.search(r"^0 messages behind on [1-9]\d* queues$", output, re.MULTILINE), output
+        # The write sent each message once more, upper-cased, with its tag.
+        ends = run_tool(namesrv, "offsets", "--topic", "TopicTest", "--group", "hello-probe")
+        assert sum(row["maxOffset"] for row in ends) == 2 * HELLO_MESSAGES, ends
+        stored = run_tool(namesrv, "consume", "--topic", "TopicTest", "--count", str(2 * HELLO_MESSAGES), "--print")
+        bodies = sorted(base64.b64decode(m["body"]).decode() for m in stored)
+        expected = [f"{case} {i}" for case in ("MESSAGE", "message") for i in range(HELLO_MESSAGES)]
+        assert bodies == sorted(expected) and {m["tags"] for m in stored} == {"TagA"}
     finally:
         shell("make cluster-stop", REPO, env)
 

@@ -6,7 +6,9 @@ against the installed wheel; and against the real broker, one Spark process run 
 interpreter (``Driver``: only the installed package can answer ``format("rocketmq")``) runs a
 committed stream stopped and restarted on its checkpoint, AvailableNow runs, a batch read of a
 time window, a stream of a new group that starts at the last offset, and a topic of 2 x 512
-queues read in batch and streamed. Each result is checked exactly against what the official
+queues read in batch and streamed; and the sink: a batch write, and a stream from the source into
+the sink restarted on its checkpoint (4.0 writes a stream's rows through the row-based writer, 4.1
+and later through the Arrow one). Each result is checked exactly against what the official
 Java client produced and reads back from the brokers.
 
 A line's unit tests and its Spark process start together when its virtualenv is ready, and the
@@ -27,6 +29,7 @@ import pytest
 
 from integration.constants import OUTPUT_TAIL_CHARS, REPO
 from integration.lines import LINES, Driver, LineVenv, LineVenvs, UnitRun
+from integration.sinklines import batch_write_arrives_exactly, stream_into_the_sink_writes_each_row_once
 from integration.support import (
     ClusterHandle,
     create_topic,
@@ -400,3 +403,14 @@ def test_unit_tests_pass_against_the_installed_wheel(venv: LineVenv, unit_run: U
     assert found.stdout.startswith(str(venv.root)), found
     code, output = unit_run.wait(UNIT_TIMEOUT_S)
     assert code == 0, output
+
+
+def test_a_batch_write_arrives_exactly(driver: Driver, rocketmq: ClusterHandle, unique: Unique) -> None:
+    batch_write_arrives_exactly(driver, rocketmq, unique("lines-write"))
+
+
+def test_a_stream_into_the_sink_restarted_on_its_checkpoint_writes_each_row_once(
+    driver: Driver, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
+    origin, copy, group = unique("lines-origin"), unique("lines-copy"), unique("lines-copy-group")
+    stream_into_the_sink_writes_each_row_once(driver, rocketmq, origin, copy, group, tmp_path / "checkpoint")

@@ -8,11 +8,14 @@ shared cluster's, and a name server alone with TLS disabled. Through Spark:
 * without it, the query fails at once naming the certificate, the reason and the fix;
 * ``tlsVerify=false`` reads everything and warns once in the whole application;
 * TLS to a plain port, and plain to a TLS-only port, each fail within 3 x pullTimeoutMs with an
-  error that says what probably happened (the other fast failures: test_fast_failures.py).
+  error that says what probably happened (the other fast failures: test_fast_failures.py);
+* the sink writes over verified TLS what the Java consumer reads back exactly, and a plain write
+  to the TLS-only servers fails saying they accept only TLS.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +51,10 @@ MESSAGES = 12
 KEYS = sorted(f"tls-{i}" for i in range(MESSAGES))
 # Another loopback address of this host, which the servers' certificate does not name.
 UNNAMED_LOOPBACK = "127.0.0.2"
+# The sink's writes: rows of their own topic, each with a body, a tag and a key of its row.
+SINK_TOPIC = "it-tls-sink"
+SINK_ROWS = 300
+SINK_TAGS = 3
 # Spark's switch that keeps Python workers' log records (spark.tvf.python_worker_logs()).
 WORKER_LOGGING = "spark.sql.pyspark.worker.logging.enabled"
 
@@ -96,6 +103,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
         cluster.tool("create-topic", "--topic", TOPIC, "--queues", str(QUEUES))
         sent = cluster.tool("produce", "--topic", TOPIC, "--count", str(MESSAGES), "--keys", "tls-{i}")
         assert [row["status"] for row in sent] == ["SEND_OK"] * MESSAGES
+        cluster.tool("create-topic", "--topic", SINK_TOPIC, "--queues", str(QUEUES))
         yield TlsCluster(cluster, plain.namesrv_addr)
 
 
@@ -193,3 +201,31 @@ def test_plain_to_a_tls_port_fails_fast(spark: Any, tls: TlsCluster, overhead: O
     assert tls.namesrv_addr in error and "nothing was answered on it" in error, error
     assert "accepts only TLS" in error and "set tls=true" in error
     assert extra_s < FAIL_FAST_LIMIT_S, f"{extra_s:.1f} s"
+
+
+def tls_write(df: Any, cluster: TlsCluster, **extra: str) -> None:
+    """A batch write of ``df`` to SINK_TOPIC on the TLS-only cluster, with ``extra`` options."""
+    writer = df.write.format("rocketmq").mode("append")
+    for key, value in {**cluster.options(**extra), "topic": SINK_TOPIC}.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def test_a_verified_write_reads_back_exactly(spark: Any, tls: TlsCluster) -> None:
+    df = spark.range(SINK_ROWS).selectExpr(
+        "cast(concat('tls-body-', id) as binary) as body",
+        f"concat('tag-', id % {SINK_TAGS}) as tags",
+        "concat('key-', id) as keys",
+    )
+    tls_write(df.repartition(QUEUES), tls, tls="true", tlsTrustCertPath=tls.ca_cert)
+    read = tls.cluster.tool("consume", "--topic", SINK_TOPIC, "--count", str(SINK_ROWS), "--print")
+    got = sorted((base64.b64decode(m["body"]).decode(), m["tags"], m["keys"]) for m in read)
+    assert got == sorted((f"tls-body-{i}", f"tag-{i % SINK_TAGS}", f"key-{i}") for i in range(SINK_ROWS))
+
+
+def test_a_plain_write_to_the_tls_only_servers_fails_saying_so(spark: Any, tls: TlsCluster) -> None:
+    df = spark.createDataFrame([("plain",)], "body string")
+    with pytest.raises(Exception) as caught:
+        tls_write(df, tls)
+    error = str(caught.value)
+    assert tls.namesrv_addr in error and "accepts only TLS" in error and "set tls=true" in error, error

@@ -1,0 +1,41 @@
+"""The writes ``sparkjobs.py drive`` runs for the tests of each PySpark line: the rocketmq sink
+in batch, and as a stream's sink. Only the standard library and PySpark, as sparkjobs.py: it is
+loaded by path from that file's folder in a virtualenv that holds the built wheel.
+
+Each takes the session first and answers with a JSON-ready dict, as ``Driven``'s requests do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def write_rows(spark: Any, options: dict[str, str], rows: int, columns: list[str], partitions: int) -> dict[str, Any]:
+    """A batch write of ``rows`` rows of ``spark.range`` made into ``columns`` (SQL expressions
+    over ``id``), in ``partitions`` tasks; what Spark says it wrote is not asked (it says nothing)."""
+    writer = spark.range(rows).selectExpr(*columns).repartition(partitions).write.format("rocketmq").mode("append")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()
+    return {}
+
+
+def copy_available_now(
+    spark: Any, source: dict[str, str], sink: dict[str, str], checkpoint: str, columns: list[str], timeout_s: float
+) -> dict[str, Any]:
+    """An AvailableNow stream from the rocketmq source into the rocketmq sink, ``columns`` (SQL
+    expressions over the source's columns) in between; the rows each trigger read."""
+    read = spark.readStream.format("rocketmq")
+    for key, value in source.items():
+        read = read.option(key, value)
+    write = read.load().selectExpr(*columns).writeStream.format("rocketmq")
+    for key, value in sink.items():
+        write = write.option(key, value)
+    query = write.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    if not query.awaitTermination(timeout_s):
+        query.stop()
+        raise TimeoutError(f"the stream into the rocketmq sink did not finish in {timeout_s}s")
+    return {"rows": [p.numInputRows for p in query.recentProgress]}
+
+
+SINK_OPS = {"write_rows": write_rows, "copy_available_now": copy_available_now}
