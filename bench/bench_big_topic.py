@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import statistics
 import sys
 import time
@@ -49,7 +48,7 @@ from big_topic_spark import (  # noqa: E402
     stream_options,
     stream_rows,
 )
-from common import log  # noqa: E402
+from common import exit_on_sigterm, log  # noqa: E402
 from dataset import stop_leftover  # noqa: E402
 from integration.cluster import (  # noqa: E402
     BROKER_NAMES,
@@ -455,13 +454,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()
     stamp = time.strftime("%Y%m%d%H%M%S")
     stop_leftover(args.workdir)
     shutil.rmtree(args.workdir / "checkpoints", ignore_errors=True)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, log
+from common import ROOT, exit_on_sigterm, log
 
 sys.path.insert(0, str(ROOT))
 
@@ -91,13 +90,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()
     stamp = time.strftime("%Y%m%d%H%M%S")
     stop_leftover(args.workdir)
     cluster = Cluster(
