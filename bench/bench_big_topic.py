@@ -49,11 +49,9 @@ from big_topic_spark import (  # noqa: E402
     stream_rows,
 )
 from common import exit_on_sigterm, log  # noqa: E402
-from dataset import stop_leftover  # noqa: E402
+from dataset import add_cluster_arguments, read_broker_ports, stop_leftover  # noqa: E402
 from integration.cluster import (  # noqa: E402
     BROKER_NAMES,
-    DEFAULT_BROKER_PORTS,
-    DEFAULT_NAMESRV_PORT,
     Cluster,
     ClusterConfig,
     ClusterError,
@@ -433,18 +431,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         help="direct idle latestOffset calls, one per trigger interval (40 x 300 ms spans a route refresh)",
     )
     parser.add_argument("--read-repeats", type=int, default=3, help="timed spark.read counts; the median is reported")
-    parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
-    parser.add_argument(
-        "--broker-ports",
-        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
-        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
-    )
-    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the benchmark cluster's own work directory")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    add_cluster_arguments(parser, WORKDIR, RESULTS)
     args = parser.parse_args(argv)
-    args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
-    if len(args.broker_ports) != BROKERS:
-        parser.error("--broker-ports wants two ports: broker-a,broker-b")
+    read_broker_ports(parser, args)
     if min(args.queues_per_broker, args.messages_per_queue, args.trigger_ms, args.idle_calls, args.read_repeats) < 1:
         parser.error(
             "--queues-per-broker, --messages-per-queue, --trigger-ms, --idle-calls and --read-repeats must be positive"

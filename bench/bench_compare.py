@@ -52,18 +52,18 @@ sys.path.insert(0, str(ROOT))
 
 from dataset import (
     BODY_SIZE,
+    add_cluster_arguments,
     cluster_config,
     create_topic,
     planned_messages,
     produce_data,
+    read_broker_ports,
     server_pids,
     source_options,
     stop_leftover,
     wait_planned,
 )
 from integration.cluster import (
-    DEFAULT_BROKER_PORTS,
-    DEFAULT_NAMESRV_PORT,
     Cluster,
     ClusterError,
 )
@@ -121,18 +121,11 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_PULL_BATCH_SIZE,
         help="messages per pull, for the Java consumer and the connector alike",
     )
-    parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
-    parser.add_argument(
-        "--broker-ports",
-        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
-        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
-    )
-    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the benchmark cluster's own work directory")
+    add_cluster_arguments(parser, WORKDIR, RESULTS)
     parser.add_argument("--topic", default=None, help="topic of the data set (default bench-<messages>)")
     parser.add_argument(
         "--skip-produce", action="store_true", help="keep the stores of an earlier run and reuse --topic as it is"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
         "--profile",
         type=Path,
@@ -141,9 +134,7 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         help="after the repeats, profile one more run of b, c and d with py-spy into DIR",
     )
     args = parser.parse_args(argv)
-    args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
-    if len(args.broker_ports) != len(DEFAULT_BROKER_PORTS):
-        parser.error("--broker-ports wants two ports: broker-a,broker-b")
+    read_broker_ports(parser, args)
     if args.skip_produce and not args.topic:
         parser.error("--skip-produce needs --topic, the topic an earlier run produced")
     if args.repeats < 1 or args.messages < 1 or args.rate < 1 or args.latency_seconds < 1:

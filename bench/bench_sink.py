@@ -35,8 +35,16 @@ from common import ROOT, exit_on_sigterm, log
 
 sys.path.insert(0, str(ROOT))
 
-from dataset import BODY_SIZE, BROKERS, QUEUES_PER_BROKER, server_pids, stop_leftover
-from integration.cluster import DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, Cluster, ClusterConfig, ClusterError
+from dataset import (
+    BODY_SIZE,
+    BROKERS,
+    QUEUES_PER_BROKER,
+    add_cluster_arguments,
+    read_broker_ports,
+    server_pids,
+    stop_leftover,
+)
+from integration.cluster import Cluster, ClusterConfig, ClusterError
 from integration.cluster_config import BROKER_NAMES, broker_store
 from report import machine
 from sink_report import render, summarize
@@ -73,18 +81,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="runs of each contender")
     parser.add_argument("--body-size", type=int, default=BODY_SIZE, help="bytes per body")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="java-async sends in flight per thread")
-    parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
-    parser.add_argument(
-        "--broker-ports",
-        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
-        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
-    )
-    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the benchmark cluster's own work directory")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    add_cluster_arguments(parser, WORKDIR, RESULTS)
     args = parser.parse_args(argv)
-    args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
-    if len(args.broker_ports) != BROKERS:
-        parser.error("--broker-ports wants two ports: broker-a,broker-b")
+    read_broker_ports(parser, args)
     if min(args.repeats, args.messages, args.body_size, args.window) < 1:
         parser.error("--repeats, --messages, --body-size and --window must be positive")
     return args

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from common import log
-from integration.cluster import STATE_FILE_NAME, Cluster, ClusterConfig
+from integration.cluster import DEFAULT_BROKER_PORTS, DEFAULT_NAMESRV_PORT, STATE_FILE_NAME, Cluster, ClusterConfig
 
 QUEUES_PER_BROKER = 4
 BROKERS = 2
@@ -88,6 +88,26 @@ def produce_data(cluster: Cluster, topic: str, count: int) -> float:
         timeout=TOOL_TIMEOUT_S,
     )
     return time.perf_counter() - started
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, workdir: Path, results: Path) -> None:
+    """The options every benchmark that starts its own cluster takes: its ports, its work
+    directory and where its results go."""
+    parser.add_argument("--namesrv-port", type=int, default=DEFAULT_NAMESRV_PORT)
+    parser.add_argument(
+        "--broker-ports",
+        default=",".join(map(str, DEFAULT_BROKER_PORTS)),
+        help="listen ports of broker-a,broker-b (each also binds port-2 and port+1)",
+    )
+    parser.add_argument("--workdir", type=Path, default=workdir, help="the benchmark cluster's own work directory")
+    parser.add_argument("--output", type=Path, default=results)
+
+
+def read_broker_ports(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--broker-ports`` as a tuple of one port per broker; anything else is a usage error."""
+    args.broker_ports = tuple(int(port) for port in args.broker_ports.split(","))
+    if len(args.broker_ports) != len(DEFAULT_BROKER_PORTS):
+        parser.error("--broker-ports wants two ports: broker-a,broker-b")
 
 
 def cluster_config(args: argparse.Namespace) -> ClusterConfig:
