@@ -22,7 +22,7 @@ from integration.connect import ConnectServer
 from integration.constants import REPO
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
-from integration.support import ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
+from integration.support import ENDPOINTS, ClusterHandle, Overhead, fail_batch, fail_stream, own_cluster
 from integration.toolserver import serve_commands
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
@@ -54,6 +54,13 @@ def rocketmq() -> Iterator[ClusterHandle]:
         yield ClusterHandle(config.namesrv_addr, config.proxy_addr if config.proxy else None, cluster, version)
     finally:
         cluster.stop(at_once=True)
+
+
+@pytest.fixture(params=ENDPOINTS)
+def endpoint(request: pytest.FixtureRequest, rocketmq: ClusterHandle) -> str:
+    """Where the test's client connects: the name server (then the brokers), or the proxy's
+    remoting port; a test that asks for it runs once on each of ENDPOINTS."""
+    return rocketmq.endpoint(request.param)
 
 
 @pytest.fixture(scope="module")

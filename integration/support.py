@@ -17,7 +17,7 @@ from typing import Any
 
 from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
 from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO, STORED_TIMEOUT_S
-from integration.versions import DEFAULT_VERSION, release
+from integration.versions import DEFAULT_VERSION, release, selected_version
 from rocketmq_spark.model import MS_PER_SECOND
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -37,6 +37,10 @@ SETTLE_S = 120
 SETTLE_POLL_S = 1.0
 # How long a push consumer may take to start and register with the brokers on a loaded machine.
 PUSH_START_TIMEOUT_S = 120
+# Where a client connects: the name server (then the brokers) and, on 5.x, once more the proxy's
+# remoting port (4.9 has no proxy). conftest's ``endpoint`` fixture runs a test on each.
+THROUGH_BROKERS, THROUGH_PROXY = "brokers", "proxy"
+ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_proxy else (THROUGH_BROKERS,)
 # Loaded by every Python process of a Spark application run with ``logging_env`` (driver, Spark's
 # workers): the source logs at DEBUG to a file the test reads, so nothing it logs escapes it.
 SITE_CUSTOMIZE = """
@@ -66,6 +70,13 @@ class ClusterHandle:
     def major(self) -> int:
         """4 or 5: what a test needs to know of the release to expect its behaviour."""
         return release(self.version).major
+
+    def endpoint(self, through: str) -> str:
+        """The address a client is given for ``through`` (one of ENDPOINTS)."""
+        if through == THROUGH_PROXY:
+            assert self.proxy_addr, "the proxy cases need ROCKETMQ_PROXY (or a cluster this run starts)"
+            return self.proxy_addr
+        return self.namesrv_addr
 
     def tool(self, command: str, *args: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the Java test tool (official RocketMQ client) and return its JSON lines."""

@@ -17,7 +17,7 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster
 from integration.support import ClusterHandle, batch_read, create_topic, max_offsets, produce, stream
-from integration.versions import release, selected_version
+from integration.versions import release
 from rocketmq_spark.remoting.membership import java_string_hash
 
 pytestmark = pytest.mark.integration
@@ -35,10 +35,6 @@ KILL_AFTER_S = 2.0
 TIMER_DELAY_MS = 15_000
 # How long at least the broker must have held it, whatever part of the delay the task's start took.
 MIN_HELD_MS = 3000
-# Writes go through the name server and brokers and, on 5.x, once more through the proxy's
-# remoting port (4.9 has no proxy).
-THROUGH_BROKERS, THROUGH_PROXY = "brokers", "proxy"
-ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_proxy else (THROUGH_BROKERS,)
 # Properties RocketMQ puts on stored messages, left out when comparing the user's.
 SYSTEM = frozenset(
     {"TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET", "MSG_REGION", "TRACE_ON"}
@@ -216,14 +212,12 @@ def test_a_stream_through_a_transformation_restarts_on_its_checkpoint(
     assert set(bodies) == expected  # every message at least once, none lost
 
 
-@pytest.mark.parametrize("through", ENDPOINTS)
-def test_a_write_through_each_endpoint(spark: Any, rocketmq: ClusterHandle, unique: Any, through: str) -> None:
+def test_a_write_through_each_endpoint(spark: Any, rocketmq: ClusterHandle, unique: Any, endpoint: str) -> None:
     topic = unique("sink-endpoint")
     create_topic(rocketmq, topic, queues=2)
     df = spark.range(500).selectExpr(
         "cast(id as string) as body", "'p' as tags", "cast(id % 7 as string) as shardingKey"
     )
-    endpoint = rocketmq.proxy_addr if through == THROUGH_PROXY else None
     sink(df, rocketmq, endpoint=endpoint, topic=topic).save()
     java = java_read(rocketmq, topic, 500)
     assert sorted(int(base64.b64decode(m["body"])) for m in java) == list(range(500))

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from integration.support import ClusterHandle, batch_read, create_topic, max_offsets
-from integration.versions import release, selected_version
+from integration.versions import release
 
 pytestmark = pytest.mark.integration
 
@@ -56,17 +56,6 @@ SYSTEM = frozenset(
 )
 # The attribute of a topic of delayed and timer messages on 5.x (mqadmin updateTopic -a).
 DELAY_TOPIC_ATTRIBUTE = "+message.type=DELAY"
-THROUGH_BROKERS, THROUGH_PROXY = "brokers", "proxy"
-ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_proxy else (THROUGH_BROKERS,)
-
-
-@pytest.fixture(params=ENDPOINTS)
-def endpoint(request: pytest.FixtureRequest, rocketmq: ClusterHandle) -> str:
-    """Where the sink connects: the name server (then the brokers), or the proxy's remoting port."""
-    if request.param == THROUGH_PROXY:
-        assert rocketmq.proxy_addr, "the proxy cases need ROCKETMQ_PROXY (or a cluster this run starts)"
-        return rocketmq.proxy_addr
-    return rocketmq.namesrv_addr
 
 
 def write(df: Any, endpoint: str, topic: str, **options: str) -> None:

@@ -66,7 +66,6 @@ from integration.support import (
     stored_offsets,
     stream,
 )
-from integration.versions import release, selected_version
 
 pytestmark = pytest.mark.integration
 
@@ -87,10 +86,7 @@ BATCH_SIZE = 5
 # decoding, and UNIQ_KEY of batch-sent messages has a test of its own.
 NOT_COMPARED = ("UNIQ_KEY", *CONSUMER_ADDED_PROPERTIES)
 STORED_AT = 3
-# Every test but mqadmin's runs through the name server and brokers and, on 5.x, once more
-# through the proxy's remoting port (4.9 has no proxy).
-THROUGH_BROKERS, THROUGH_PROXY = "brokers", "proxy"
-ENDPOINTS = (THROUGH_BROKERS, THROUGH_PROXY) if release(selected_version()).has_proxy else (THROUGH_BROKERS,)
+# Every test but mqadmin's runs on each of support's ENDPOINTS (conftest's ``endpoint``).
 # Exactly once across a restart: messages per trigger, and the batch whose sink fails the first run.
 PER_TRIGGER = 15
 FAILING_BATCH = 2
@@ -118,15 +114,6 @@ def two_waves(
     times = store_times(rocketmq, topic, 2 * WAVE)
     assert max(times[position(m)] for m in first) < min(times[position(m)] for m in second)
     return first, second, times
-
-
-@pytest.fixture(params=ENDPOINTS)
-def endpoint(request: pytest.FixtureRequest, rocketmq: ClusterHandle) -> str:
-    """Where the source connects: the name server (then the brokers), or the proxy's remoting port."""
-    if request.param == THROUGH_PROXY:
-        assert rocketmq.proxy_addr, "the proxy cases need ROCKETMQ_PROXY (or a cluster this run starts)"
-        return rocketmq.proxy_addr
-    return rocketmq.namesrv_addr
 
 
 # --------------------------------------------------------------------------- where a query starts
