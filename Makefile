@@ -64,9 +64,10 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 # The built wheel on the PySpark 4 lines the rest of the suite (on .venv's 4.3) does not run: 4.0,
 # 4.1 and 4.2, each in a fresh virtualenv that gets its PySpark before a plain pip install of the
 # wheel, which must leave that PySpark in place. Per line the unit tests against the installed
-# wheel, then one Spark process of that interpreter runs a committed stream restarted on its
-# checkpoint, AvailableNow, a time window, a new group from the last offset, a topic of 2 x 512
-# queues, and the sink's batch write and a stream into it against the real broker
+# wheel, then one Spark process of that interpreter checks the adapter's branches and writes a
+# batch; a committed stream restarted on its checkpoint, AvailableNow, a time window, a new group
+# from the last offset, a topic of 2 x 512 queues and a stream into the sink run against the real
+# broker on each line where they go through branches 4.3 and the lines before did not
 # (integration/tests/test_spark_lines.py); then the wheel beside PySpark 3.5, where it must not
 # import, and the package tests above, sharing the 4.2 virtualenv. About 6 minutes on 2 cores;
 # .ci/run runs it after make test.

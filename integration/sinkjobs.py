@@ -1,6 +1,7 @@
 """The writes ``sparkjobs.py drive`` runs for the tests of each PySpark line: the rocketmq sink
-in batch, and as a stream's sink. Only the standard library and PySpark, as sparkjobs.py: it is
-loaded by path from that file's folder in a virtualenv that holds the built wheel.
+in batch, and as a stream's sink; and which of the adapter's branches the installed package took
+on the line. Only the standard library and PySpark, as sparkjobs.py: it is loaded by path from that
+file's folder in a virtualenv that holds the built wheel.
 
 Each takes the session first and answers with a JSON-ready dict, as ``Driven``'s requests do.
 """
@@ -38,4 +39,18 @@ def copy_available_now(
     return {"rows": [p.numInputRows for p in query.recentProgress]}
 
 
-SINK_OPS = {"write_rows": write_rows, "copy_available_now": copy_available_now}
+def branches(spark: Any) -> dict[str, Any]:
+    """What the installed package's adapters chose on this line (source/spark_api.py and
+    sink/spark_api.py): the scenarios each line runs are picked by these."""
+    from rocketmq_spark.sink.spark_api import ARROW_STREAM_WRITER
+    from rocketmq_spark.source.spark_api import ADMISSION_CONTROL, FILTER_PUSHDOWN
+
+    return {
+        "spark": spark.version,
+        "admission_control": ADMISSION_CONTROL,
+        "filter_pushdown": FILTER_PUSHDOWN,
+        "arrow_stream_writer": ARROW_STREAM_WRITER,
+    }
+
+
+SINK_OPS = {"write_rows": write_rows, "copy_available_now": copy_available_now, "branches": branches}

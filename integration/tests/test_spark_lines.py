@@ -2,14 +2,19 @@
 suite runs on 4.3), each in a fresh virtualenv that got its PySpark before the wheel.
 
 Per line: pip must leave that PySpark in place when the wheel goes in; the unit tests pass
-against the installed wheel; and against the real broker, one Spark process run by the line's
-interpreter (``Driver``: only the installed package can answer ``format("rocketmq")``) runs a
-committed stream stopped and restarted on its checkpoint, AvailableNow runs, a batch read of a
-time window, a stream of a new group that starts at the last offset, and a topic of 2 x 512
-queues read in batch and streamed; and the sink: a batch write, and a stream from the source into
-the sink restarted on its checkpoint (4.0 writes a stream's rows through the row-based writer, 4.1
-and later through the Arrow one). Each result is checked exactly against what the official
-Java client produced and reads back from the brokers.
+against the installed wheel; the line's Spark, run by the line's interpreter (``Driver``: only the
+installed package can answer ``format("rocketmq")``), finds the package and takes the adapter's
+branches this module expects of the line; and a batch write arrives exactly.
+
+The Spark scenarios go through the adapter's branches (source/spark_api.py, sink/spark_api.py:
+admission control, filter pushdown, the Arrow stream writer), and each runs on the lines where it
+meets a combination of its branches that neither 4.3 (the rest of the suite) nor an earlier line
+has run it on: a committed stream stopped and restarted on its checkpoint, AvailableNow runs, a
+batch read of a time window, a stream of a new group that starts at the last offset, and a topic
+of 2 x 512 queues read in batch and streamed; and a stream from the source into the sink restarted
+on its checkpoint (4.0 writes a stream's rows through the row-based writer, 4.1 and later through
+the Arrow one). Each result is checked exactly against what the official Java client produced
+and reads back from the brokers.
 
 A line's unit tests and its Spark process start together when its virtualenv is ready, and the
 next lines' virtualenvs are built meanwhile; the topics every line reads are made once.
@@ -21,7 +26,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +77,52 @@ NEW = 150  # produced after it started
 BIG_QUEUES = 512
 BIG_BROKERS = 2
 BIG_PER_QUEUE = 10
+
+
+@dataclass(frozen=True)
+class Branches:
+    """The adapter's choices on a line, as ``sinkjobs.branches`` reports them."""
+
+    admission_control: bool
+    filter_pushdown: bool
+    arrow_stream_writer: bool
+
+
+# 4.3, on which the rest of the suite runs, takes every branch; 4.0 none (no admission control,
+# no filter classes, no Arrow stream writer); 4.1 the last two; 4.2 all three.
+SUITE_BRANCHES = Branches(admission_control=True, filter_pushdown=True, arrow_stream_writer=True)
+BRANCHES = {
+    "4.0.5": Branches(admission_control=False, filter_pushdown=False, arrow_stream_writer=False),
+    "4.1.4": Branches(admission_control=False, filter_pushdown=True, arrow_stream_writer=True),
+    "4.2.1": Branches(admission_control=True, filter_pushdown=True, arrow_stream_writer=True),
+}
+
+
+def lines_new_to(*branches: str) -> list[str]:
+    """The lines where a scenario going through ``branches`` meets a combination of them that
+    neither 4.3 nor an earlier line has run it on: the same scenario on the same branches of
+    another line would repeat what ran."""
+    seen = {tuple(getattr(SUITE_BRANCHES, name) for name in branches)}
+    chosen = []
+    for line in LINES:
+        taken = tuple(getattr(BRANCHES[line], name) for name in branches)
+        if taken not in seen:
+            seen.add(taken)
+            chosen.append(line)
+    return chosen
+
+
+def on_lines(*branches: str) -> pytest.MarkDecorator:
+    """Runs a scenario only on ``lines_new_to(*branches)``."""
+    return pytest.mark.parametrize("line", lines_new_to(*branches), indirect=True)
+
+
+# A stream read of the source goes through admission control; a batch read plans with filters.
+STREAM_READ = "admission_control"
+BATCH_READ = "filter_pushdown"
+STREAM_WRITE = "arrow_stream_writer"
+# The lines whose own topics the stream scenarios produce more messages to.
+STREAM_READ_LINES = lines_new_to(STREAM_READ)
 
 
 @dataclass(frozen=True)
@@ -170,7 +221,7 @@ def data(rocketmq: ClusterHandle) -> Data:
             "--batch",
             SEND_BATCH,
         )
-        lines = {line: tools.submit(line_topics, rocketmq, run, line) for line in LINES}
+        lines = {line: tools.submit(line_topics, rocketmq, run, line) for line in STREAM_READ_LINES}
         made = Data(
             available.result(), window.result(), big.result(), {line: topics.result() for line, topics in lines.items()}
         )
@@ -279,8 +330,11 @@ def test_the_lines_spark_runs_the_installed_package(venv: LineVenv, driver: Driv
     where = driver.call("where")
     assert where["spark"] == venv.line
     assert where["package"].startswith(str(venv.root))
+    taken = driver.call("branches")
+    assert Branches(*(taken[field.name] for field in fields(Branches))) == BRANCHES[venv.line], taken
 
 
+@on_lines(STREAM_READ)
 def test_a_committed_stream_restarted_on_its_checkpoint_reads_each_message_once(
     driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
 ) -> None:
@@ -324,6 +378,7 @@ def test_a_committed_stream_restarted_on_its_checkpoint_reads_each_message_once(
     assert spark_offsets(second["triggers"][-1]["endOffset"], topic) == ends
 
 
+@on_lines(STREAM_READ)
 def test_available_now_reads_everything_once_and_stores_the_end(
     driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path
 ) -> None:
@@ -334,6 +389,7 @@ def test_available_now_reads_everything_once_and_stores_the_end(
     assert sink_keys(driver, tmp_path / "sink") == Counter(data.available.keys)
 
 
+@on_lines(BATCH_READ)
 def test_a_batch_read_of_a_time_window_reads_exactly_the_messages_stored_in_it(
     driver: Driver, rocketmq: ClusterHandle, data: Data
 ) -> None:
@@ -350,6 +406,7 @@ def test_a_batch_read_of_a_time_window_reads_exactly_the_messages_stored_in_it(
     assert sorted(row[0] for row in read["rows"]) == sorted(data.window.keys)
 
 
+@on_lines(STREAM_READ)
 def test_a_new_group_from_the_last_offset_reads_only_what_came_after_it_started(
     driver: Driver, line: str, data: Data, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
 ) -> None:
@@ -381,6 +438,7 @@ def test_a_new_group_from_the_last_offset_reads_only_what_came_after_it_started(
     assert sink_keys(driver, sink) == Counter(keys_of(new))
 
 
+@on_lines(STREAM_READ, BATCH_READ)
 def test_a_topic_of_a_thousand_queues_is_read_and_streamed_exactly_once(
     driver: Driver, venv: LineVenv, rocketmq: ClusterHandle, data: Data, unique: Unique, tmp_path: Path
 ) -> None:
@@ -409,6 +467,7 @@ def test_a_batch_write_arrives_exactly(driver: Driver, rocketmq: ClusterHandle, 
     batch_write_arrives_exactly(driver, rocketmq, unique("lines-write"))
 
 
+@on_lines(STREAM_READ, STREAM_WRITE)
 def test_a_stream_into_the_sink_restarted_on_its_checkpoint_writes_each_row_once(
     driver: Driver, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
 ) -> None:
