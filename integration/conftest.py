@@ -125,7 +125,7 @@ def unique() -> Callable[[str], str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local SparkSession whose Python workers run this interpreter (so they see the package)."""
-    session = local_spark("rocketmq-spark-tests", **{"spark.driver.memory": "1g"})
+    session = local_spark("rocketmq-spark-tests", short_lived=True, **{"spark.driver.memory": "1g"})
     try:
         yield session
     finally:

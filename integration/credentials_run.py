@@ -32,7 +32,7 @@ def _result(**fields: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    spark = local_spark("credentials-run")
+    spark = local_spark("credentials-run", short_lived=True)
     options = {
         "nameServer": args.name_server,
         "topic": args.topic,

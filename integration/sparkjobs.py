@@ -70,6 +70,7 @@ def serve(port: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = local_spark(
         f"rocketmq-spark-connect-{port}",
+        short_lived=True,
         **{
             "spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": LOOPBACK,
@@ -90,7 +91,8 @@ def session(args: argparse.Namespace, **conf: str) -> Any:
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.remote(args.remote).getOrCreate()
-    return local_spark("rocketmq-spark-job", **conf, **({"spark.master": args.master} if args.master else {}))
+    master = {"spark.master": args.master} if args.master else {}
+    return local_spark("rocketmq-spark-job", short_lived=True, **conf, **master)
 
 
 def reader(spark: Any, args: argparse.Namespace, streaming: bool) -> Any:
