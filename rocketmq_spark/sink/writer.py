@@ -26,6 +26,7 @@ from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.shared import shared_producer
 from rocketmq_spark.sink.spark_api import StreamWriterBase, spark_rows_to_columns
+from rocketmq_spark.sink.vectorized import send_arrow_batch, vectorized
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,10 @@ def write_task(options: SinkOptions, names: Mapping[str, str], iterator: Iterato
     if first is None:
         return WrittenRows(0, 0)
     if isinstance(first, pa.RecordBatch):
+        whole = vectorized(options, names)
         for batch in _chain(first, iterator):
+            if whole and send_arrow_batch(task, batch, names, options):
+                continue
             for row in rows_of(batch, names, options.topic, options.namespace):
                 task.add(row)
     else:
