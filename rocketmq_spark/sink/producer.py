@@ -110,7 +110,7 @@ class _Records:
     bytes are the same for brokers of either line, so a retry elsewhere sends them as they are."""
 
     topic: str
-    data: bytes
+    data: pa.Buffer  # a slice of the Arrow batch's records, copied only into the send's body
     count: int
 
 
@@ -198,7 +198,7 @@ class TaskProducer:
             if gathered is None:
                 gathered = self._open[queue] = _Open()
             first, last = int(offsets[start]), int(offsets[fits])
-            gathered.parts.append(_Records(queue.topic, data.slice(first, last - first).to_pybytes(), fits - start))
+            gathered.parts.append(_Records(queue.topic, data.slice(first, last - first), fits - start))
             gathered.size += last - first
             if fits < end:
                 self._dispatch(queue)
@@ -310,7 +310,9 @@ class TaskProducer:
         group, born = self._producer.group, now_ms()
         if send.count == 1:  # a batch of one goes alone
             only = send.parts[0]
-            body, encoded = (only.row.body, only.properties) if isinstance(only, _Message) else record_parts(only.data)
+            body, encoded = (
+                (only.row.body, only.properties) if isinstance(only, _Message) else record_parts(only.data.to_pybytes())
+            )
             sys_flag = 0
             if len(body) >= self._options.compress_body_over_bytes:
                 body, sys_flag = compress_body(body), COMPRESSED_ZLIB_SYS_FLAG
@@ -370,9 +372,9 @@ class TaskProducer:
             )
 
 
-def _batch_pieces(parts: list[_Part]) -> list[bytes]:
+def _batch_pieces(parts: list[_Part]) -> list[bytes | pa.Buffer]:
     """A batch body's pieces: encoded records as they are, each run of rows encoded at once."""
-    pieces: list[bytes] = []
+    pieces: list[bytes | pa.Buffer] = []
     for encoded, run in groupby(parts, key=lambda part: isinstance(part, _Records)):
         if encoded:
             pieces += (part.data for part in run if isinstance(part, _Records))

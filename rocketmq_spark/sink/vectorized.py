@@ -7,7 +7,7 @@ producer's counter, its queue chosen by the round robin ``add`` follows (``Queue
 the producer registered with each chosen broker once, and the batch records of every row encoded
 by Arrow kernels (``records.outgoing_batch``), each queue's rows together and in their order. The
 sends, retries and their answers are ``TaskProducer``'s, as for rows sent one by one; the bytes
-are the same.
+are the same. Spark rows (a PySpark 4.0 stream) are made such batches first, a chunk at a time.
 
 A batch with anything unusual (a null or empty body or topic, a body too large for a batch or a
 send, properties past RocketMQ's bound) goes the row-by-row way, which sends it or names the
@@ -16,7 +16,7 @@ problem exactly as it always has.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,17 @@ VECTORIZED_COLUMNS = frozenset({col.BODY, col.TOPIC, col.TAGS, col.KEYS})
 def vectorized(options: SinkOptions, names: Mapping[str, str]) -> bool:
     """Whether a write's batches can be sent a batch at a time."""
     return options.batch_max_bytes > 0 and set(names) <= VECTORIZED_COLUMNS
+
+
+def columns_batch(values: Mapping[str, Sequence[object]]) -> pa.RecordBatch | None:
+    """The values of a chunk of Spark rows (``spark_api.spark_rows_to_columns``) as an Arrow batch
+    of the sink's column names, so that PySpark 4.0 streams are sent a batch at a time too; None
+    when a value does not fit its column's type (the rows then go one by one, which says why)."""
+    kinds = {col.BODY: pa.binary()}
+    try:
+        return pa.RecordBatch.from_pydict({c: pa.array(v, kinds.get(c, pa.string())) for c, v in values.items()})
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def _column(batch: pa.RecordBatch, given: str | None, kind: pa.DataType) -> pa.Array | None:

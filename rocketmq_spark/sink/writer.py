@@ -26,7 +26,7 @@ from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.shared import shared_producer
 from rocketmq_spark.sink.spark_api import StreamWriterBase, spark_rows_to_columns
-from rocketmq_spark.sink.vectorized import send_arrow_batch, vectorized
+from rocketmq_spark.sink.vectorized import columns_batch, send_arrow_batch, vectorized
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,11 @@ def write_task(options: SinkOptions, names: Mapping[str, str], iterator: Iterato
             for row in rows_of(batch, names, options.topic, options.namespace):
                 task.add(row)
     else:
+        whole = vectorized(options, names)
         for values, count in spark_rows_to_columns(_chain(first, iterator), names):
+            batch = columns_batch(values) if whole else None
+            if batch is not None and send_arrow_batch(task, batch, {c: c for c in values}, options):
+                continue
             for row in rows_from_columns(values, count, options.topic, options.namespace):
                 task.add(row)
     task.close()

@@ -267,3 +267,21 @@ def test_a_write_task_sends_arrow_batches_a_batch_at_a_time_and_bad_ones_row_by_
     bad = pa.RecordBatch.from_pydict({"body": [b"1", None]})
     with pytest.raises(RowError, match="a row of topic t has a null body"):
         writer_module.write_task(options, {"body": "body"}, iter([batches[0], bad]))
+
+
+def test_spark_rows_of_a_4_0_stream_are_sent_a_chunk_at_a_time_and_bad_ones_row_by_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark.sql import Row as SparkRow
+
+    client = FakeClient()
+    shared = Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
+    monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
+    options = parse_sink_options({"nameServer": "h:1"})
+    rows = [SparkRow(Body=bytearray(b"%d" % i), topic="t", tags="a" if i % 2 else None) for i in range(20)]
+    names = {"body": "Body", "topic": "topic", "tags": "tags"}
+    assert writer_module.write_task(options, names, iter(rows)) == writer_module.WrittenRows(20, 0)
+    assert sorted(b for s in client.sent for b in inner_bodies(s.body)) == sorted(b"%d" % i for i in range(20))
+    assert {s.code for s in client.sent} == {RequestCode.SEND_BATCH_MESSAGE}
+    with pytest.raises(RowError, match="a row has no topic"):
+        writer_module.write_task(options, names, iter([*rows, SparkRow(Body=bytearray(b"x"), topic=None, tags=None)]))
