@@ -32,6 +32,9 @@ from rocketmq_spark.sink.producer import MAX_SEND_BODY_BYTES, TaskProducer
 
 # The columns this way sends; a write with any other goes row by row.
 VECTORIZED_COLUMNS = frozenset({col.BODY, col.TOPIC, col.TAGS, col.KEYS})
+# The most rows sent at once (Spark's Arrow batches have 10,000 by default, but users may set
+# more): their ids share a millisecond, so their counters, 16 bits, must not wrap within one run.
+MAX_ROWS_AT_ONCE = 1 << 14
 
 
 def vectorized(options: SinkOptions, names: Mapping[str, str]) -> bool:
@@ -48,6 +51,11 @@ def columns_batch(values: Mapping[str, Sequence[object]]) -> pa.RecordBatch | No
         return pa.RecordBatch.from_pydict({c: pa.array(v, kinds.get(c, pa.string())) for c, v in values.items()})
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
+
+
+def slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """An Arrow batch in parts of at most ``MAX_ROWS_AT_ONCE`` rows (views, not copies)."""
+    return [batch.slice(start, MAX_ROWS_AT_ONCE) for start in range(0, max(batch.num_rows, 1), MAX_ROWS_AT_ONCE)]
 
 
 def _column(batch: pa.RecordBatch, given: str | None, kind: pa.DataType) -> pa.Array | None:
@@ -102,7 +110,7 @@ def send_arrow_batch(task: TaskProducer, batch: pa.RecordBatch, names: Mapping[s
     try:
         topics, topic_of_row = _topics(batch, names, options)
         records = _records(task, batch, names, options)
-    except (RowError, pa.ArrowInvalid):
+    except (RowError, pa.ArrowException):  # a type Arrow cannot cast, an array too large
         return False
     every_queue: list[MessageQueue] = []
     queue_of_row = np.empty(batch.num_rows, dtype=np.int64)

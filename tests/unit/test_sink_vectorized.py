@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 from typing import Any
 
 import pyarrow as pa
@@ -13,10 +14,12 @@ import pytest
 
 from rocketmq_spark.records.outgoing import UniqueIds, encode_batch, month_start_ms
 from rocketmq_spark.records.outgoing_batch import encode_records, record_parts
+from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
+from rocketmq_spark.sink import vectorized as vectorized_module
 from rocketmq_spark.sink import writer as writer_module
 from rocketmq_spark.sink.messages import Row, RowError, encoded_properties, rows_of
 from rocketmq_spark.sink.options import parse_sink_options
@@ -30,7 +33,20 @@ LOOPBACK = b"\x7f\x00\x00\x01"
 NOW_MS = month_start_ms(1_700_000_000_000)[0] + 0x01020304
 # Just below the counter's wrap, so that runs of ids cross it.
 COUNTER_NEAR_WRAP = 0xFFF0
+HEAD_BYTES = 20
+PROPERTIES_LENGTH_BYTES = 2
 TEXTS = ("", "a", "paid", "k1 k2", "é€😀", "x" * 40)
+
+
+def inner_properties(body: bytes) -> list[dict[str, str]]:
+    """The properties of a batch send's messages."""
+    found, position = [], 0
+    while position < len(body):
+        size, _, _, _, length = struct.unpack_from(">iiiii", body, position)
+        start = position + HEAD_BYTES + length + PROPERTIES_LENGTH_BYTES
+        found.append(parse_properties(body[start : position + size].decode()))
+        position += size
+    return found
 
 
 def ids() -> UniqueIds:
@@ -260,10 +276,13 @@ def test_a_write_task_sends_arrow_batches_a_batch_at_a_time_and_bad_ones_row_by_
     client = FakeClient()
     shared = Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
     monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
+    monkeypatch.setattr(vectorized_module, "MAX_ROWS_AT_ONCE", 7)
     options = parse_sink_options({"nameServer": "h:1", "topic": "t"})
     batches = [pa.RecordBatch.from_pydict({"body": [b"%d" % i for i in range(50)]}) for _ in range(3)]
     assert writer_module.write_task(options, {"body": "body"}, iter(batches)) == writer_module.WrittenRows(150, 0)
     assert sorted(b for s in client.sent for b in inner_bodies(s.body)) == sorted([b"%d" % i for i in range(50)] * 3)
+    unique_ids = [m["UNIQ_KEY"] for s in client.sent for m in inner_properties(s.body)]
+    assert len(set(unique_ids)) == 150
     bad = pa.RecordBatch.from_pydict({"body": [b"1", None]})
     with pytest.raises(RowError, match="a row of topic t has a null body"):
         writer_module.write_task(options, {"body": "body"}, iter([batches[0], bad]))
