@@ -111,7 +111,12 @@ class Records:
     @property
     def offsets(self) -> np.ndarray:
         count = len(self.array)
-        return np.frombuffer(self.array.buffers()[1], dtype=_OFFSETS, count=count + 1, offset=self.array.offset * 4)
+        return np.frombuffer(
+            self.array.buffers()[1],
+            dtype=_OFFSETS,
+            count=count + 1,
+            offset=self.array.offset * np.dtype(_OFFSETS).itemsize,
+        )
 
     @property
     def data(self) -> pa.Buffer:

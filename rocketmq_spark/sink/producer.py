@@ -3,7 +3,8 @@ producer's.
 
 - Rows of one queue are gathered into batch sends of up to ``batchMaxBytes`` (never a delayed or
   timer message, which go alone, nor a message larger than a batch), and compressed when sent
-  alone at ``compressBodyOverBytes`` or more.
+  alone at ``compressBodyOverBytes`` or more. Rows placed and encoded a whole Arrow batch at a
+  time (``sink.vectorized``) come as records (``place``, ``add_records``) and are gathered alike.
 - Each queue has at most one send on the wire, so its rows are stored in the order the task saw
   them; different queues' sends travel together on a broker's connection (answered by opaque),
   up to ``MAX_IN_FLIGHT`` at once.
