@@ -67,6 +67,10 @@ DEFAULT_MESSAGES = 1_000_000
 DEFAULT_REPEATS = 3
 # Asynchronous sends in flight per Java thread: the sink keeps up to 64 per task (MAX_IN_FLIGHT).
 DEFAULT_WINDOW = 64
+# Written, untimed, at the start and again just before each timed sink run: Spark stops Python
+# workers idle for a minute, and the Java runs take longer than that, so without it the timed
+# write would start fresh workers and pay for their start and imports (several CPU seconds,
+# tens of microseconds a message on a 200,000-message run), which is no cost of sending.
 SINK_WARMUP_MESSAGES = 20_000
 # How long a send may wait in a broker's queue before the broker refuses it as busy (200 ms by
 # default): on a loaded 2-core machine writers that keep many sends in flight, the Java
@@ -117,7 +121,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         log(f"cached in {time.perf_counter() - cache_started:.1f}s")
         warm = f"sink-bench-warm-{stamp}"
         create_topic(cluster, warm)
-        write_sink(cached_frame(spark, SINK_WARMUP_MESSAGES, args.body_size), namesrv, warm)
+        warm_df = cached_frame(spark, SINK_WARMUP_MESSAGES, args.body_size)
+        write_sink(warm_df, namesrv, warm)
 
         runs: dict[str, list[Run]] = {f"java-{mode}": [] for mode in JAVA_MODES} | {SINK: []}
         tool_lines: list[dict[str, Any]] = []
@@ -131,6 +136,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                 _logged(repeat, f"java-{mode}", run)
             topic = f"sink-bench-{stamp}-{repeat}-{SINK}"
             create_topic(cluster, topic)
+            write_sink(warm_df, namesrv, warm)  # the Python workers again (see SINK_WARMUP_MESSAGES)
             run = run_sink(cluster, servers, df, topic, args.messages)
             runs[SINK].append(run)
             _logged(repeat, SINK, run)

@@ -52,7 +52,8 @@ def stream(fake: Offsets, **extra: str) -> RocketMQStreamReader:
 
 def spark(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
     """Offsets as Spark hands them back: through the JSON of its offset log."""
-    return json.loads(json.dumps(to_spark(offsets)))
+    returned: dict[str, Any] = json.loads(json.dumps(to_spark(offsets)))
+    return returned
 
 
 def ranges(parts: Iterable[Any]) -> list[tuple[MessageQueue, int, int]]:

@@ -167,10 +167,25 @@ class UniqueIds:
         self._month_start, self._next_month = month_start_ms(self._clock())
 
     def next(self) -> str:
+        elapsed = self._elapsed()
+        with self._lock:  # not within a run ``reserve`` takes
+            count = next(self._counter) & _SHORT_MASK
+        return f"{self._prefix}{elapsed:08X}{count:04X}"
+
+    def reserve(self, count: int) -> tuple[str, int]:
+        """Ids for ``count`` messages at once: what they all start with (the prefix and the time)
+        and the first counter value; message ``i``'s id ends in the counter ``first + i`` (its low
+        16 bits in hex, as ``next`` writes it). Ids ``next`` gives meanwhile come after them."""
+        elapsed = self._elapsed()
+        with self._lock:  # the run is taken whole, however threads interleave
+            first = next(self._counter)
+            self._counter = itertools.count(first + count)
+        return f"{self._prefix}{elapsed:08X}", first
+
+    def _elapsed(self) -> int:
+        """The milliseconds since the local month began, as the id's time."""
         now = self._clock()
         if now >= self._next_month:
             with self._lock:
                 self._month_start, self._next_month = month_start_ms(now)
-        elapsed = (now - self._month_start) & _INT32_MASK
-        count = next(self._counter) & _SHORT_MASK
-        return f"{self._prefix}{elapsed:08X}{count:04X}"
+        return (now - self._month_start) & _INT32_MASK

@@ -25,6 +25,7 @@ from rocketmq_spark.records.outgoing import (
     plain_properties,
     properties_bytes,
 )
+from rocketmq_spark.records.outgoing_batch import PROPERTY_INSTANCE_ID
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.sink import columns as col
 
@@ -56,8 +57,6 @@ RESERVED_PROPERTIES_5X = RESERVED_PROPERTIES_4X | {
     "POP_CK",
     "POP_CK_OFFSET",
 }
-# The property the Java producer adds with a namespace set.
-PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 # An Arrow timestamp in milliseconds: times this, then floor-divided by that.
 _TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
 
@@ -130,7 +129,7 @@ def rows_from_columns(
     fields = (col.TAGS, col.KEYS, col.PROPERTIES, col.SHARDING_KEY, col.BROKER_NAME, col.QUEUE_ID)
     timing = zip(of(col.DELIVER_TIME), of(col.DELAY_LEVEL))
     for row_topic, body, rest, (deliver, delay) in zip(of(col.TOPIC), of(col.BODY), zip(*map(of, fields)), timing):
-        name = topic if topic is not None else _topic(row_topic, namespace)
+        name = topic if topic is not None else checked_topic(row_topic, namespace)
         tags, keys, properties, sharding_key, broker_name, queue_id = rest
         if (broker_name is None) != (queue_id is None):
             raise RowError(
@@ -154,7 +153,8 @@ def rows_from_columns(
     return rows
 
 
-def _topic(value: object, namespace: str | None) -> str:
+def checked_topic(value: object, namespace: str | None) -> str:
+    """A row's topic column value with the namespace, or RowError when it is null or blank."""
     if not isinstance(value, str) or not value.strip():
         raise RowError("a row has no topic: its topic column is null or empty. Fill it, or set the topic option")
     return with_namespace(value.strip(), namespace)

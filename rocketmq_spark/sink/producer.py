@@ -3,7 +3,8 @@ producer's.
 
 - Rows of one queue are gathered into batch sends of up to ``batchMaxBytes`` (never a delayed or
   timer message, which go alone, nor a message larger than a batch), and compressed when sent
-  alone at ``compressBodyOverBytes`` or more.
+  alone at ``compressBodyOverBytes`` or more. Rows placed and encoded a whole Arrow batch at a
+  time (``sink.vectorized``) come as records (``place``, ``add_records``) and are gathered alike.
 - Each queue has at most one send on the wire, so its rows are stored in the order the task saw
   them; different queues' sends travel together on a broker's connection (answered by opaque),
   up to ``MAX_IN_FLIGHT`` at once.
@@ -21,9 +22,14 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import groupby
+
+import numpy as np
+import pyarrow as pa
 
 from rocketmq_spark.model import MS_PER_SECOND, MessageQueue, now_ms
 from rocketmq_spark.records.outgoing import COMPRESSED_ZLIB_SYS_FLAG, batch_record_size, compress_body, encode_batch
+from rocketmq_spark.records.outgoing_batch import record_parts
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, RemotingCommand
@@ -96,13 +102,27 @@ class _Message:
     row: Row
     unique_id: str
     properties: bytes = b""  # as encoded for the broker it goes to
+    count = 1
+
+
+@dataclass
+class _Records:
+    """Unordered messages of one topic already encoded as batch records (``add_records``): their
+    bytes are the same for brokers of either line, so a retry elsewhere sends them as they are."""
+
+    topic: str
+    data: pa.Buffer  # a slice of the Arrow batch's records, copied only into the send's body
+    count: int
+
+
+_Part = _Message | _Records
 
 
 @dataclass
 class _Open:
     """A queue's batch being gathered."""
 
-    messages: list[_Message] = field(default_factory=list)
+    parts: list[_Part] = field(default_factory=list)
     size: int = 0
 
 
@@ -110,10 +130,19 @@ class _Open:
 class _Send:
     queue: MessageQueue
     address: str | None
-    messages: list[_Message]
+    parts: list[_Part]
     call: Call[SendResult] | None = None
     answer: Answer | None = None
     attempts: int = 0
+
+    @property
+    def count(self) -> int:
+        return sum(part.count for part in self.parts)
+
+    @property
+    def pinned(self) -> bool:
+        first = self.parts[0]
+        return isinstance(first, _Message) and first.row.pinned
 
 
 class TaskProducer:
@@ -137,7 +166,7 @@ class TaskProducer:
                 f"({MAX_SEND_BODY_BYTES}). Split it, or store it elsewhere and send a reference"
             )
         message = _Message(row, self._producer.ids.next())
-        queue, address, _ = self._target(message)
+        queue, address = self._target(message)
         size = batch_record_size(len(row.body), len(message.properties))
         limit = self._options.batch_max_bytes
         if row.single or limit == 0 or size > limit:
@@ -150,8 +179,56 @@ class TaskProducer:
             gathered = None
         if gathered is None:
             gathered = self._open[queue] = _Open()
-        gathered.messages.append(message)
+        gathered.parts.append(message)
         gathered.size += size
+
+    def add_records(self, queue: MessageQueue, data: pa.Buffer, offsets: np.ndarray) -> None:
+        """Unordered messages of ``queue`` encoded as batch records (each at most
+        ``batchMaxBytes``), record ``i`` at ``offsets[i]:offsets[i + 1]`` of ``data``: gathered
+        into the queue's batches as ``add`` gathers rows, in their order."""
+        limit = self._options.batch_max_bytes
+        start, end = 0, len(offsets) - 1
+        while start < end:
+            gathered = self._open.get(queue)
+            used = 0 if gathered is None else gathered.size
+            fits = int(np.searchsorted(offsets, offsets[start] + limit - used, side="right")) - 1
+            if fits <= start:  # not even the next record: the gathered batch goes first
+                self._dispatch(queue)
+                continue
+            fits = min(fits, end)
+            if gathered is None:
+                gathered = self._open[queue] = _Open()
+            first, last = int(offsets[start]), int(offsets[fits])
+            gathered.parts.append(_Records(queue.topic, data.slice(first, last - first), fits - start))
+            gathered.size += last - first
+            if fits < end:
+                self._dispatch(queue)
+            start = fits
+
+    def reserve_ids(self, count: int) -> tuple[str, int]:
+        """Unique ids for ``count`` messages at once (``UniqueIds.reserve``)."""
+        return self._producer.ids.reserve(count)
+
+    def place(self, topic: str, count: int) -> tuple[list[MessageQueue], np.ndarray]:
+        """The queues of ``count`` unordered messages of ``topic`` in a row (``QueuePicker.spread``),
+        the producer registered with each one's master; a broker that cannot be registered with
+        is passed over and the messages placed again, within ``retries``, as ``add`` does."""
+        attempts = 0
+        while True:
+            queues, chosen = self._picker.spread(topic, count)
+            for queue in (queues[index] for index in np.unique(chosen).tolist()):
+                address = self._picker.master(queue)
+                try:
+                    if address is not None:
+                        self._producer.five_x(address)
+                except RocketMQError as err:
+                    attempts += 1
+                    if attempts > self._options.retries or not worth_retrying(err):
+                        raise SendFailedError(queue, address, attempts, err) from err
+                    self._failed(queue, address)
+                    break
+            else:
+                return queues, chosen
 
     def close(self) -> None:
         """Send what is gathered and wait until every send is stored (or raise)."""
@@ -162,12 +239,19 @@ class TaskProducer:
 
     # ----------------------------------------------------------------- placing
 
-    def _target(self, message: _Message, avoid: str | None = None) -> tuple[MessageQueue, str | None, bool]:
-        """The message's queue and its master's address, with its properties encoded for that
-        broker; a broker that cannot be registered with is passed over like a failed send."""
+    def _target(
+        self, first: _Part, avoid: str | None = None, rest: list[_Part] | None = None
+    ) -> tuple[MessageQueue, str | None]:
+        """The queue of a send that starts with ``first`` and its master's address, with the
+        properties of the send's messages (``rest`` too) encoded for that broker; a broker that
+        cannot be registered with is passed over like a failed send."""
         attempts = 0
+        pinned = isinstance(first, _Message) and first.row.pinned
         while True:
-            queue = self._picker.pick(message.row, avoid)
+            if isinstance(first, _Message):
+                queue = self._picker.pick(first.row, avoid)
+            else:
+                queue = self._picker.next_queue(first.topic, avoid)
             address = self._picker.master(queue)
             try:
                 five_x = True if address is None else self._producer.five_x(address)
@@ -176,14 +260,16 @@ class TaskProducer:
                 if attempts > self._options.retries or not worth_retrying(err):
                     raise SendFailedError(queue, address, attempts, err) from err
                 self._failed(queue, address)
-                if message.row.pinned:  # its queue or none: wait for the broker, or a new master
+                if pinned:  # its queue or none: wait for the broker, or a new master
                     time.sleep(PINNED_RETRY_PAUSE_S)
                     self._picker.route(queue.topic, fresh=True)
                 else:
                     avoid = queue.broker_name
                 continue
-            self._encode(message, five_x)
-            return queue, address, five_x
+            for part in (first, *(rest or ())):
+                if isinstance(part, _Message):
+                    self._encode(part, five_x)
+            return queue, address
 
     def _encode(self, message: _Message, five_x: bool) -> None:
         message.properties = encoded_properties(
@@ -192,9 +278,9 @@ class TaskProducer:
 
     def _dispatch(self, queue: MessageQueue) -> None:
         gathered = self._open.pop(queue, None)
-        if gathered is not None and gathered.messages:
+        if gathered is not None and gathered.parts:
             address = self._picker.master(queue)
-            self._submit(_Send(queue, address, gathered.messages))
+            self._submit(_Send(queue, address, gathered.parts))
 
     # ----------------------------------------------------------------- sending
 
@@ -223,14 +309,17 @@ class TaskProducer:
 
     def _call(self, send: _Send) -> Call[SendResult]:
         group, born = self._producer.group, now_ms()
-        if len(send.messages) == 1:
-            message = send.messages[0]
-            body, sys_flag = message.row.body, 0
+        if send.count == 1:  # a batch of one goes alone
+            only = send.parts[0]
+            body, encoded = (
+                (only.row.body, only.properties) if isinstance(only, _Message) else record_parts(only.data.to_pybytes())
+            )
+            sys_flag = 0
             if len(body) >= self._options.compress_body_over_bytes:
                 body, sys_flag = compress_body(body), COMPRESSED_ZLIB_SYS_FLAG
-            properties = message.properties.decode("utf-8")
+            properties = encoded.decode("utf-8")
             return send_message(send.queue, body, group=group, properties=properties, sys_flag=sys_flag, born_ms=born)
-        body = encode_batch((0, m.row.body, m.properties) for m in send.messages)
+        body = b"".join(_batch_pieces(send.parts))
         properties = batch_properties(self._options.namespace)
         return send_batch(send.queue, body, group=group, properties=properties, born_ms=born)
 
@@ -255,14 +344,14 @@ class TaskProducer:
     def _again(self, send: _Send) -> None:
         """Send a failed send again: unordered rows to another broker, pinned ones to their queue."""
         self._failed(send.queue, send.address)
-        if send.messages[0].row.pinned:
+        if send.pinned:
             time.sleep(PINNED_RETRY_PAUSE_S)
             self._picker.route(send.queue.topic, fresh=True)
             send.address = self._picker.master(send.queue)
-        else:
-            send.queue, send.address, five_x = self._target(send.messages[0], avoid=send.queue.broker_name)
-            for message in send.messages[1:]:  # encoded for the new broker's line, with the same ids
-                self._encode(message, five_x)
+        else:  # encoded for the new broker's line, with the same ids
+            send.queue, send.address = self._target(send.parts[0], send.queue.broker_name, send.parts[1:])
+            if send.queue in self._flying:  # its new queue's send first: one on the wire per queue
+                self._settle(send.queue)
         self._write(send)
 
     def _failed(self, queue: MessageQueue, address: str | None) -> None:
@@ -271,13 +360,25 @@ class TaskProducer:
             self._producer.routes.failed(address, queue.topic)
 
     def _stored(self, send: _Send, result: SendResult) -> None:
-        self.stored += len(send.messages)
+        count = send.count
+        self.stored += count
         if result.status is not SendStatus.SEND_OK:
-            self.unflushed += len(send.messages)
+            self.unflushed += count
             log.warning(
                 "%d message(s) sent to %s at %s are stored but %s: accepted, as the Java producer accepts them",
-                len(send.messages),
+                count,
                 send.queue,
                 send.address,
                 result.status.value,
             )
+
+
+def _batch_pieces(parts: list[_Part]) -> list[bytes | pa.Buffer]:
+    """A batch body's pieces: encoded records as they are, each run of rows encoded at once."""
+    pieces: list[bytes | pa.Buffer] = []
+    for encoded, run in groupby(parts, key=lambda part: isinstance(part, _Records)):
+        if encoded:
+            pieces += (part.data for part in run if isinstance(part, _Records))
+        else:
+            pieces.append(encode_batch((0, m.row.body, m.properties) for m in run if isinstance(m, _Message)))
+    return pieces

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import TopicNotFoundError
 from rocketmq_spark.remoting.membership import java_string_hash
@@ -96,9 +98,13 @@ class QueuePicker:
         """The row's queue; ``avoid``: a broker name an unordered row's retry should not go back to."""
         if row.broker_name is not None and row.queue_id is not None:
             return self._explicit(row)
-        queues = self.publish_queues(row.topic)
         if row.sharding_key is not None:
-            return hashed_queue(queues, row.sharding_key)
+            return hashed_queue(self.publish_queues(row.topic), row.sharding_key)
+        return self.next_queue(row.topic, avoid)
+
+    def next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
+        """An unordered message's queue: the next in turn whose broker did not fail lately."""
+        queues = self.publish_queues(topic)
         now = self._clock()
         count = len(queues)
         for step in range(count):
@@ -108,6 +114,25 @@ class QueuePicker:
                 return queue
         self._next += 1  # every broker failed lately: take turns all the same
         return queues[self._next % count]
+
+    def spread(self, topic: str, count: int) -> tuple[list[MessageQueue], np.ndarray]:
+        """The queues of ``count`` unordered messages in a row: the publish list and each one's
+        index in it, exactly what ``count`` calls of ``next_queue`` would give, at once."""
+        queues = self.publish_queues(topic)
+        now = self._clock()
+        total = len(queues)
+        start = self._next % total
+        turn = [(start + step) % total for step in range(total)]
+        usable = np.array([i for i in turn if self._faults.get(queues[i].broker_name, 0.0) <= now], dtype=np.int64)
+        steps = np.arange(count, dtype=np.int64)
+        if not len(usable):  # every broker failed lately: take turns all the same
+            self._next += count
+            return queues, (start + 1 + steps) % total
+        chosen = usable[steps % len(usable)]
+        if count:
+            last = int(chosen[-1])
+            self._next += (last - start) % total + 1 + (count - 1) // len(usable) * total
+        return queues, chosen
 
     def _explicit(self, row: Row) -> MessageQueue:
         assert row.broker_name is not None and row.queue_id is not None

@@ -26,6 +26,7 @@ from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.shared import shared_producer
 from rocketmq_spark.sink.spark_api import StreamWriterBase, spark_rows_to_columns
+from rocketmq_spark.sink.vectorized import columns_batch, send_arrow_batch, slices, vectorized
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,19 @@ def write_task(options: SinkOptions, names: Mapping[str, str], iterator: Iterato
     if first is None:
         return WrittenRows(0, 0)
     if isinstance(first, pa.RecordBatch):
+        whole = vectorized(options, names)
         for batch in _chain(first, iterator):
-            for row in rows_of(batch, names, options.topic, options.namespace):
-                task.add(row)
+            for part in slices(batch) if whole else (batch,):
+                if whole and send_arrow_batch(task, part, names, options):
+                    continue
+                for row in rows_of(part, names, options.topic, options.namespace):
+                    task.add(row)
     else:
+        whole = vectorized(options, names)
         for values, count in spark_rows_to_columns(_chain(first, iterator), names):
+            batch = columns_batch(values) if whole else None
+            if batch is not None and send_arrow_batch(task, batch, {c: c for c in values}, options):
+                continue
             for row in rows_from_columns(values, count, options.topic, options.namespace):
                 task.add(row)
     task.close()
