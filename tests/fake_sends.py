@@ -15,7 +15,7 @@ from typing import TypeVar
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
 from rocketmq_spark.sink.shared import SendingClient
 
@@ -52,13 +52,18 @@ class Answer:
 
 class FakeClient(SendingClient):
     """Answers heartbeats with a version per address and sends with scripted outcomes per address
-    (SUCCESS once the script is used up); checks that a queue never has two sends on the wire."""
+    (SUCCESS once the script is used up); checks that a queue never has two sends on the wire.
+    A heartbeat to an ``unreachable`` address fails as a broker that cannot be connected to."""
 
     def __init__(
-        self, outcomes: Mapping[str, list[int | RocketMQError]] | None = None, version: int = VERSION_5
+        self,
+        outcomes: Mapping[str, list[int | RocketMQError]] | None = None,
+        version: int = VERSION_5,
+        unreachable: frozenset[str] = frozenset(),
     ) -> None:
         self.outcomes = {a: list(o) for a, o in (outcomes or {}).items()}
         self.version = version
+        self.unreachable = unreachable
         self.sent: list[Sent] = []
         self.heartbeats: list[str] = []
         self.on_wire: set[tuple[str, int]] = set()
@@ -66,6 +71,8 @@ class FakeClient(SendingClient):
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
         assert call.code == RequestCode.HEART_BEAT
+        if address in self.unreachable:
+            raise ConnectionFailedError(f"cannot connect to {address}", address)
         self.heartbeats.append(address)
         return call.read(RemotingCommand(code=0, flag=FLAG_RESPONSE, version=self.version), address)
 

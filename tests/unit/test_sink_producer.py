@@ -150,15 +150,7 @@ def test_a_timer_row_for_a_4_9_broker_fails_before_it_is_sent() -> None:
 
 
 def test_a_broker_that_cannot_be_registered_with_is_passed_over() -> None:
-    client = FakeClient()
-    calls = client.call
-
-    def refuse_a(address: str, call: Any, timeout: float | None = None) -> Any:
-        if address == "a:1":
-            raise ConnectionFailedError("cannot connect to a:1", "a:1")
-        return calls(address, call, timeout)
-
-    client.call = refuse_a  # type: ignore[method-assign]
+    client = FakeClient(unreachable=frozenset({"a:1"}))
     sending = task(client)
     sending.add(Row("t", b"x"))
     sending.close()

@@ -16,7 +16,6 @@ from rocketmq_spark.records.outgoing import UniqueIds, encode_batch, month_start
 from rocketmq_spark.records.outgoing_batch import encode_records, record_parts
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
 from rocketmq_spark.sink import vectorized as vectorized_module
@@ -253,15 +252,7 @@ def test_records_that_fail_go_to_another_broker_with_the_same_bytes() -> None:
 
 
 def test_a_broker_that_cannot_be_registered_with_gets_no_rows() -> None:
-    client = FakeClient()
-    calls = client.call
-
-    def refuse_a(address: str, call: Any, timeout: float | None = None) -> Any:
-        if address == "a:1":
-            raise ConnectionFailedError("cannot connect to a:1", "a:1")
-        return calls(address, call, timeout)
-
-    client.call = refuse_a  # type: ignore[method-assign]
+    client = FakeClient(unreachable=frozenset({"a:1"}))
     sending = task(client, topic="t")
     batch = pa.RecordBatch.from_pydict({"body": [b"%d" % i for i in range(12)]})
     assert send_arrow_batch(sending, batch, {"body": "body"}, parse_sink_options({"nameServer": "h:1", "topic": "t"}))
