@@ -22,14 +22,13 @@ from rocketmq_spark.records.outgoing import (
 )
 from rocketmq_spark.records.properties import (
     NAME_VALUE_SEPARATOR,
+    PROPERTY_INSTANCE_ID,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
 
-# The property the Java producer adds with a namespace set.
-PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 # A record's head: total size, magic, body CRC, flag, body length (int32 each, big-endian), as
 # ``outgoing._BATCH_RECORD_HEAD``; then the body, then the property string's length (int16).
 _HEAD_FIELDS = 5

@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+# The property the Java producer adds with a namespace set.
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 # The properties every row also shows as a column of its own.

@@ -25,7 +25,7 @@ from rocketmq_spark.records.outgoing import (
     plain_properties,
     properties_bytes,
 )
-from rocketmq_spark.records.outgoing_batch import PROPERTY_INSTANCE_ID
+from rocketmq_spark.records.properties import PROPERTY_INSTANCE_ID
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.sink import columns as col
 
