@@ -123,9 +123,23 @@ def topic_route(topic: str) -> TopicRoute:
     return parse_route(topic, json.dumps({"queueDatas": datas, "brokerDatas": brokers}).encode())
 
 
+def producer(client: FakeClient) -> Producer:
+    """The producer a task shares, over ``client`` and ``topic_route``."""
+    return Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
+    """The client a write task's shared producer sends through."""
+    client = FakeClient()
+    shared = producer(client)
+    monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
+    return client
+
+
 def task(client: FakeClient, **options: str) -> TaskProducer:
     parsed = parse_sink_options({"nameServer": "h:1", **options})
-    shared = Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
+    shared = producer(client)
     picker = QueuePicker(shared.routes)
     picker._next = 5
     return TaskProducer(parsed, shared, picker)
@@ -262,11 +276,9 @@ def test_a_broker_that_cannot_be_registered_with_gets_no_rows() -> None:
 
 
 def test_a_write_task_sends_arrow_batches_a_batch_at_a_time_and_bad_ones_row_by_row(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, written: FakeClient
 ) -> None:
-    client = FakeClient()
-    shared = Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
-    monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
+    client = written
     monkeypatch.setattr(vectorized_module, "MAX_ROWS_AT_ONCE", 7)
     options = parse_sink_options({"nameServer": "h:1", "topic": "t"})
     batches = [pa.RecordBatch.from_pydict({"body": [b"%d" % i for i in range(50)]}) for _ in range(3)]
@@ -279,14 +291,10 @@ def test_a_write_task_sends_arrow_batches_a_batch_at_a_time_and_bad_ones_row_by_
         writer_module.write_task(options, {"body": "body"}, iter([batches[0], bad]))
 
 
-def test_spark_rows_of_a_4_0_stream_are_sent_a_chunk_at_a_time_and_bad_ones_row_by_row(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_spark_rows_of_a_4_0_stream_are_sent_a_chunk_at_a_time_and_bad_ones_row_by_row(written: FakeClient) -> None:
     from pyspark.sql import Row as SparkRow
 
-    client = FakeClient()
-    shared = Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
-    monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
+    client = written
     options = parse_sink_options({"nameServer": "h:1"})
     rows = [SparkRow(Body=bytearray(b"%d" % i), topic="t", tags="a" if i % 2 else None) for i in range(20)]
     names = {"body": "Body", "topic": "topic", "tags": "tags"}
