@@ -9,6 +9,9 @@ times, interleaved, each to a fresh topic of 8 queues (4 per broker):
   sink        ``df.write.format("rocketmq")`` of a cached DataFrame of ``--messages`` rows of
               ``--body-size`` bytes in 2 partitions, local[2]
 
+and after each sink run, Spark's share of it: spark-handover, the same rows handed to a Python
+function in Arrow batches as to the sink's writer (``mapInArrow``), which only counts them.
+
 The Java runs are timed from the first send to the last answer (the tool's ``produce-bench``),
 the sink from the write job's start to its end. Every run is checked: the topic's stored
 messages must equal those sent. It prints a table (best and median seconds, msg/s, client CPU per
@@ -49,12 +52,14 @@ from integration.cluster_config import BROKER_NAMES, broker_store
 from report import machine
 from sink_report import render, summarize
 from sink_runs import (
+    HANDOVER,
     JAVA_MODES,
     SINK,
     THREADS,
     Run,
     cached_frame,
     create_topic,
+    run_handover,
     run_java,
     run_sink,
     start_spark,
@@ -124,7 +129,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         warm_df = cached_frame(spark, SINK_WARMUP_MESSAGES, args.body_size)
         write_sink(warm_df, namesrv, warm)
 
-        runs: dict[str, list[Run]] = {f"java-{mode}": [] for mode in JAVA_MODES} | {SINK: []}
+        runs: dict[str, list[Run]] = {f"java-{mode}": [] for mode in JAVA_MODES} | {SINK: [], HANDOVER: []}
         tool_lines: list[dict[str, Any]] = []
         for repeat in range(1, args.repeats + 1):
             for mode in JAVA_MODES:
@@ -140,6 +145,9 @@ def main(argv: Iterable[str] | None = None) -> int:
             run = run_sink(cluster, servers, df, topic, args.messages)
             runs[SINK].append(run)
             _logged(repeat, SINK, run)
+            run = run_handover(servers, df, args.messages)
+            runs[HANDOVER].append(run)
+            _logged(repeat, HANDOVER, run)
 
         report = {
             "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from common import MIB
-from sink_runs import SINK, Run
+from sink_runs import HANDOVER, SINK, Run
 
 US_PER_S = 1e6
 SECONDS_PER_MINUTE = 60
@@ -18,7 +18,9 @@ LABELS = {
     "java-async": "Java DefaultMQProducer, async sends, 2 threads",
     "java-batch": "Java DefaultMQProducer, batch sends, 2 threads",
     SINK: "df.write.format(rocketmq), local[2], 2 tasks",
+    HANDOVER: "  Spark's hand-over alone (mapInArrow, counts)",
 }
+JAVA_PREFIX = "java-"
 
 
 def _contender(runs: list[Run]) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def summarize(runs: dict[str, list[Run]]) -> dict[str, Any]:
     """Every contender's numbers, and the sink over the fastest Java mode (best over best, median
     over median)."""
     table = {name: _contender(rs) for name, rs in runs.items()}
-    java = {name: row for name, row in table.items() if name != SINK}
+    java = {name: row for name, row in table.items() if name.startswith(JAVA_PREFIX)}
     fastest = max(java, key=lambda name: java[name]["best_msgs_per_s"])
     sink = table[SINK]
     ratio = sink["best_msgs_per_s"] / java[fastest]["best_msgs_per_s"]
@@ -59,6 +61,22 @@ def summarize(runs: dict[str, list[Run]]) -> dict[str, Any]:
             "at_least": TARGET_AT_LEAST,
             "met": ratio >= TARGET_AT_LEAST,
         },
+        "cpu_us_per_message_median": _cpu_split(table, fastest),
+    }
+
+
+def _cpu_split(table: dict[str, Any], fastest: str) -> dict[str, float] | None:
+    """The sink's CPU per message split into Spark's hand-over and the sink's own, beside the
+    fastest Java mode's (medians), when the hand-over ran."""
+    if HANDOVER not in table:
+        return None
+    sink = table[SINK]["client_cpu_us_per_message_median"]
+    handover = table[HANDOVER]["client_cpu_us_per_message_median"]
+    return {
+        "sink": sink,
+        "spark_handover": handover,
+        "sink_own": round(sink - handover, 1),
+        fastest: table[fastest]["client_cpu_us_per_message_median"],
     }
 
 
@@ -94,6 +112,7 @@ def render(report: dict[str, Any]) -> str:
             f"{group} {value:.0f}"
             for group, value in report["contenders"][SINK]["client_cpu_us_per_message_by_group_median"].items()
         ),
+        *_split_line(report.get("cpu_us_per_message_median"), report["fastest_java"]),
         "",
         f">>> target sink / fastest Java mode ({report['fastest_java']}) >= {TARGET_AT_LEAST:.2f} on best runs: "
         f"{r['sink/fastest_java_best']:.3f} (on medians {r['sink/fastest_java_median']:.3f}), "
@@ -101,3 +120,12 @@ def render(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _split_line(split: dict[str, float] | None, fastest: str) -> list[str]:
+    if split is None:
+        return []
+    return [
+        f"sink CPU us/msg, median runs: {split['sink']:.1f} = Spark's hand-over {split['spark_handover']:.1f}"
+        f" + the sink's own {split['sink_own']:.1f}; {fastest}: {split[fastest]:.1f}"
+    ]

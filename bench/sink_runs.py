@@ -5,7 +5,10 @@
       answer, with the JVM's own CPU over that span;
   sink: ``df.write.format("rocketmq")`` of a cached DataFrame in 2 partitions on local[2], timed
       from the write job's start to its end, with the CPU of the Spark JVM and its Python workers
-      sampled from /proc.
+      sampled from /proc;
+  spark-handover: no writer, but what Spark spends on any Python writer: the same cached rows
+      handed to a Python function in Arrow batches (``mapInArrow``, the path a Python data source's
+      writer is fed by), which only counts them; timed and sampled as the sink.
 
 Every run is checked against the brokers: the topic's stored messages (max offsets summed) must
 equal what was sent. Kept apart from the arguments and the report of bench_sink.py.
@@ -27,6 +30,7 @@ from sampling import SPARK_JVM, SPARK_PYTHON, Sampler
 
 JAVA_MODES = ("sync", "async", "batch")
 SINK = "sink"
+HANDOVER = "spark-handover"
 THREADS = 2  # the sink's two tasks
 # Room for the 1 GiB DataFrame cached in the driver's heap, beside Spark's own needs.
 SPARK_DRIVER_MEMORY = "4g"
@@ -159,6 +163,28 @@ def run_sink(cluster: Cluster, servers: list[int], df: Any, topic: str, messages
     with Sampler(servers) as sampler:
         seconds = write_sink(df, cluster.namesrv_addr, topic)
     check_stored(cluster, topic, messages, SINK)
+    cpu = sampler.cpu()
+    groups = {group: cpu[group] for group in (SPARK_JVM, SPARK_PYTHON)}
+    return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
+
+
+def _count_rows(batches: Any) -> Any:
+    """A ``mapInArrow`` function that only counts its rows: the hand-over without a writer."""
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.record_batch([pa.array([rows], pa.int64())], names=["rows"])
+
+
+def run_handover(servers: list[int], df: Any, messages: int) -> Run:
+    """The cached DataFrame handed to Python as a sink's writer gets it, nothing sent: Spark's own
+    share of the sink's time and CPU."""
+    with Sampler(servers) as sampler:
+        started = time.perf_counter()
+        counted = sum(row["rows"] for row in df.mapInArrow(_count_rows, "rows long").collect())
+        seconds = time.perf_counter() - started
+    if counted != messages:
+        raise RuntimeError(f"{HANDOVER}: {counted:,} rows handed over, {messages:,} cached")
     cpu = sampler.cpu()
     groups = {group: cpu[group] for group in (SPARK_JVM, SPARK_PYTHON)}
     return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
