@@ -145,6 +145,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             run = run_sink(cluster, servers, df, topic, args.messages)
             runs[SINK].append(run)
             _logged(repeat, SINK, run)
+            run_handover(servers, warm_df, SINK_WARMUP_MESSAGES)  # warm as the sink's run was
             run = run_handover(servers, df, args.messages)
             runs[HANDOVER].append(run)
             _logged(repeat, HANDOVER, run)

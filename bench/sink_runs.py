@@ -168,20 +168,19 @@ def run_sink(cluster: Cluster, servers: list[int], df: Any, topic: str, messages
     return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
 
 
-def _count_rows(batches: Any) -> Any:
-    """A ``mapInArrow`` function that only counts its rows: the hand-over without a writer."""
-    import pyarrow as pa
-
-    rows = sum(batch.num_rows for batch in batches)
-    yield pa.record_batch([pa.array([rows], pa.int64())], names=["rows"])
-
-
 def run_handover(servers: list[int], df: Any, messages: int) -> Run:
     """The cached DataFrame handed to Python as a sink's writer gets it, nothing sent: Spark's own
     share of the sink's time and CPU."""
+
+    def count_rows(batches: Any) -> Any:  # nested: pickled by value, the workers cannot import this module
+        import pyarrow as pa
+
+        rows = sum(batch.num_rows for batch in batches)
+        yield pa.record_batch([pa.array([rows], pa.int64())], names=["rows"])
+
     with Sampler(servers) as sampler:
         started = time.perf_counter()
-        counted = sum(row["rows"] for row in df.mapInArrow(_count_rows, "rows long").collect())
+        counted = sum(row["rows"] for row in df.mapInArrow(count_rows, "rows long").collect())
         seconds = time.perf_counter() - started
     if counted != messages:
         raise RuntimeError(f"{HANDOVER}: {counted:,} rows handed over, {messages:,} cached")
