@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import Body, RemotingCommand, body_length
 from rocketmq_spark.remoting.codes import FLAG_RESPONSE, ResponseCode
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
@@ -72,11 +72,11 @@ class OkClient:
         address: str,
         code: int,
         fields: Mapping[str, object] | None = None,
-        body: bytes = b"",
+        body: Body = b"",
         timeout: float | None = None,
     ) -> _Answer:
         self.sends += 1
-        self.bytes += len(body)
+        self.bytes += body_length(body)
         queue = str((fields or {}).get("e", 0))
         return _Answer({"msgId": "OFFSETID", "queueId": queue, "queueOffset": "0"})
 

@@ -149,7 +149,7 @@ class FakeMembers(GroupClient):
 
     def answer(self, address: str, call: Call[Any]) -> RemotingCommand:
         if call.code == RequestCode.HEART_BEAT:
-            body = json.loads(call.body)
+            body = json.loads(call.body if isinstance(call.body, bytes) else b"".join(call.body))
             self.heartbeats.append(body)
             self.members.setdefault(address, set()).add(body["clientID"])
             return RemotingCommand(ResponseCode.SUCCESS)

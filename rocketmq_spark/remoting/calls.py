@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, MessageQueue
 from rocketmq_spark.remoting import codes, fastjson
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import Body, RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ProtocolError, error_for_response
 
@@ -37,7 +37,7 @@ class Call(Generic[T_co]):
     code: RequestCode
     fields: Mapping[str, object]
     read: Callable[[RemotingCommand, str], T_co]
-    body: bytes = b""
+    body: Body = b""
 
 
 def accepted(

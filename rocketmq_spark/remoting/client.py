@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import Body, RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ServerRequestHandler
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
@@ -175,7 +175,7 @@ class RocketMQClient:
         address: str,
         code: int,
         fields: Mapping[str, object] | None = None,
-        body: bytes = b"",
+        body: Body = b"",
         timeout: float | None = None,
     ) -> RemotingCommand:
         """Send one request (signed when credentials are set) and return the raw response."""
@@ -186,7 +186,7 @@ class RocketMQClient:
         address: str,
         code: int,
         fields: Mapping[str, object] | None = None,
-        body: bytes = b"",
+        body: Body = b"",
         timeout: float | None = None,
         *,
         pool: ConnectionPool | None = None,

@@ -37,6 +37,18 @@ DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
 _SERIALIZE_TYPE_NAMES = {codes.SERIALIZE_JSON: "JSON", codes.SERIALIZE_ROCKETMQ: "ROCKETMQ"}
 
+BodyPart = bytes | memoryview
+Body = bytes | tuple[BodyPart, ...]
+"""A request's body: bytes, or pieces sent one after another as they are, so that a large send
+(a batch of records cut from Arrow buffers) is never joined into one bytes object on its way out."""
+Frame = bytes | list[BodyPart]
+"""A frame as a connection writes it: whole, or its head and its body's pieces."""
+
+
+def body_length(body: Body) -> int:
+    """The bytes of a body, whole or in pieces."""
+    return len(body) if isinstance(body, bytes) else sum(memoryview(part).nbytes for part in body)
+
 
 def _java_string(value: object) -> str:
     """Render a header field as Java's ``toString`` would."""
@@ -58,6 +70,7 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: int = codes.SERIALIZE_JSON
+    body_parts: tuple[BodyPart, ...] = ()  # a request's body in pieces, sent after ``body`` (then empty)
 
     @property
     def is_response(self) -> bool:
@@ -67,20 +80,26 @@ class RemotingCommand:
     def is_oneway(self) -> bool:
         return bool(self.flag & codes.FLAG_ONEWAY)
 
-    def frame(self, opaque: int) -> bytes:
-        """The command's frame, sent with this correlation id."""
+    def frame(self, opaque: int) -> Frame:
+        """The command's frame, sent with this correlation id: its head and body's pieces when the
+        body came in pieces, else one bytes."""
         self.opaque = opaque
-        return encode_frame(self)
+        if not self.body_parts:
+            return encode_frame(self)
+        parts = (self.body, *self.body_parts) if self.body else self.body_parts
+        return [_frame_head(self.serialize_type, _encode_header(self, self.serialize_type), parts), *parts]
 
     @classmethod
-    def request(cls, code: int, fields: Mapping[str, object] | None = None, body: bytes = b"") -> RemotingCommand:
+    def request(cls, code: int, fields: Mapping[str, object] | None = None, body: Body = b"") -> RemotingCommand:
         """A request whose custom-header fields are stringified like Java's.
 
         ``makeCustomHeaderToNet`` sends every non-null field as ``toString()``:
         booleans as ``true``/``false``, numbers in decimal; None is left out.
         """
         ext = {} if fields is None else {key: _java_string(value) for key, value in fields.items() if value is not None}
-        return cls(code=code, ext_fields=ext, body=body)
+        if isinstance(body, bytes):
+            return cls(code=code, ext_fields=ext, body=body)
+        return cls(code=code, ext_fields=ext, body_parts=body)
 
 
 # --------------------------------------------------------------------------
@@ -136,22 +155,30 @@ def encode_frame(cmd: RemotingCommand, *, serialize_type: int | None = None) -> 
     ``serialize_type`` overrides ``cmd.serialize_type``.
     """
     kind = cmd.serialize_type if serialize_type is None else serialize_type
+    body = b"".join((cmd.body, *cmd.body_parts)) if cmd.body_parts else cmd.body
+    return assemble_frame(kind, _encode_header(cmd, kind), body)
+
+
+def _encode_header(cmd: RemotingCommand, kind: int) -> bytes:
     if kind == codes.SERIALIZE_JSON:
-        header = _encode_json_header(cmd)
-    elif kind == codes.SERIALIZE_ROCKETMQ:
-        header = _encode_binary_header(cmd)
-    else:
-        raise ValueError(f"unknown serialize type {kind}")
-    return assemble_frame(kind, header, cmd.body)
+        return _encode_json_header(cmd)
+    if kind == codes.SERIALIZE_ROCKETMQ:
+        return _encode_binary_header(cmd)
+    raise ValueError(f"unknown serialize type {kind}")
 
 
 def assemble_frame(kind: int, header: bytes, body: bytes = b"") -> bytes:
     """A frame of an encoded header of serialize type ``kind`` and a body, with the leading total
     length: what every request, however its header was made, goes out as."""
+    return _frame_head(kind, header, body) + body
+
+
+def _frame_head(kind: int, header: bytes, body: Body) -> bytes:
+    """A frame up to its body: the total length, the serialize type and header length, the header."""
     if len(header) > _HEADER_LENGTH_MASK:
         raise ValueError(f"header of {len(header)} bytes exceeds the 24-bit length field")
-    total = _LENGTH_FIELD_SIZE + len(header) + len(body)
-    return b"".join((_INT32.pack(total), _UINT32.pack(kind << _SERIALIZE_TYPE_SHIFT | len(header)), header, body))
+    total = _LENGTH_FIELD_SIZE + len(header) + body_length(body)
+    return b"".join((_INT32.pack(total), _UINT32.pack(kind << _SERIALIZE_TYPE_SHIFT | len(header)), header))
 
 
 class Request(Protocol):
@@ -159,7 +186,7 @@ class Request(Protocol):
 
     code: int
 
-    def frame(self, opaque: int) -> bytes: ...
+    def frame(self, opaque: int) -> Frame: ...
 
 
 # --------------------------------------------------------------------------

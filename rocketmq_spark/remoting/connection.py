@@ -24,8 +24,16 @@ import time
 from collections.abc import Callable
 
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, FrameReader, RemotingCommand, Request, encode_frame
+from rocketmq_spark.remoting.codec import (
+    DEFAULT_MAX_FRAME_LENGTH,
+    Frame,
+    FrameReader,
+    RemotingCommand,
+    Request,
+    encode_frame,
+)
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
+from rocketmq_spark.remoting.gather import send_parts
 from rocketmq_spark.remoting.tls_channel import TlsChannel
 
 log = logging.getLogger(__name__)
@@ -159,7 +167,7 @@ class Connection:
         self._pending: dict[int, Pending] = {}
         self._opaque = itertools.count(1)
         self._failure: RocketMQError | None = None
-        self._held: list[bytes] | None = None  # frames submitted while sends are held
+        self._held: list[Frame] | None = None  # frames submitted while sends are held
         self._buffer = bytearray(RECEIVE_CHUNK_BYTES)
         self._reader: threading.Thread | None = None
         if reader_thread:
@@ -233,12 +241,15 @@ class Connection:
         """Write the frames held since :meth:`hold_sends` and send the next ones at once again."""
         frames, self._held = self._held, None
         if frames:
-            self._send(b"".join(frames))
+            self._send([part for frame in frames for part in ((frame,) if isinstance(frame, bytes) else frame)])
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: Frame) -> None:
         try:
             with self._send_lock:
-                self._sock.sendall(data)
+                if isinstance(data, bytes):
+                    self._sock.sendall(data)
+                else:
+                    send_parts(self._sock, data)
                 self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call, accepted, int_field
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import Body, RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 
 # The topic brokers with autoCreateTopicEnable copy a new topic's settings from, and the queue
@@ -103,9 +103,10 @@ def send_message(
     return Call(RequestCode.SEND_MESSAGE_V2, fields, read_send, body)
 
 
-def send_batch(queue: MessageQueue, body: bytes, *, group: str, properties: str, born_ms: int) -> Call[SendResult]:
+def send_batch(queue: MessageQueue, body: Body, *, group: str, properties: str, born_ms: int) -> Call[SendResult]:
     """Several messages to one queue (SEND_BATCH_MESSAGE): ``body`` holds them
-    (``records.outgoing.encode_batch``) and ``properties`` is the batch's own property string."""
+    (``records.outgoing.encode_batch``), whole or in pieces, and ``properties`` is the batch's own
+    property string."""
     code = RequestCode.SEND_BATCH_MESSAGE
     fields = send_fields(queue, group=group, properties=properties, sys_flag=0, born_ms=born_ms, flag=0, batch=True)
     return Call(code, fields, lambda response, address: read_send(response, address, code), body)

@@ -15,6 +15,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from rocketmq_spark.remoting.codec import Body
+
 ACCESS_KEY = "AccessKey"
 SECURITY_TOKEN = "SecurityToken"
 SIGNATURE = "Signature"
@@ -39,7 +41,7 @@ def signing_content(fields: Mapping[str, str], body: bytes) -> bytes:
 
 def sign(
     ext_fields: Mapping[str, str],
-    body: bytes,
+    body: Body,
     access_key: str,
     secret_key: str,
     security_token: str | None = None,
@@ -50,6 +52,12 @@ def sign(
     signed[ACCESS_KEY] = access_key
     if security_token is not None:
         signed[SECURITY_TOKEN] = security_token
-    digest = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, body), hashlib.sha1).digest()
+    if isinstance(body, bytes):
+        digest = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, body), hashlib.sha1).digest()
+    else:  # a body in pieces: signed as their concatenation, without making it
+        mac = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, b""), hashlib.sha1)
+        for part in body:
+            mac.update(part)
+        digest = mac.digest()
     signed[SIGNATURE] = base64.b64encode(digest).decode("ascii")
     return signed

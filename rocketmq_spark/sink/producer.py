@@ -32,7 +32,7 @@ from rocketmq_spark.records.outgoing import COMPRESSED_ZLIB_SYS_FLAG, batch_reco
 from rocketmq_spark.records.outgoing_batch import record_parts
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
-from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, RemotingCommand
+from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, BodyPart, RemotingCommand
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.sending import SendResult, SendStatus, send_batch, send_message
@@ -111,7 +111,7 @@ class _Records:
     bytes are the same for brokers of either line, so a retry elsewhere sends them as they are."""
 
     topic: str
-    data: pa.Buffer  # a slice of the Arrow batch's records, copied only into the send's body
+    data: pa.Buffer  # a slice of the Arrow batch's records, sent as it is (no copy of its own)
     count: int
 
 
@@ -319,9 +319,8 @@ class TaskProducer:
                 body, sys_flag = compress_body(body), COMPRESSED_ZLIB_SYS_FLAG
             properties = encoded.decode("utf-8")
             return send_message(send.queue, body, group=group, properties=properties, sys_flag=sys_flag, born_ms=born)
-        body = b"".join(_batch_pieces(send.parts))
         properties = batch_properties(self._options.namespace)
-        return send_batch(send.queue, body, group=group, properties=properties, born_ms=born)
+        return send_batch(send.queue, _batch_pieces(send.parts), group=group, properties=properties, born_ms=born)
 
     def _settle(self, queue: MessageQueue) -> None:
         """Wait for the queue's send, sending it again while that can help."""
@@ -373,12 +372,13 @@ class TaskProducer:
             )
 
 
-def _batch_pieces(parts: list[_Part]) -> list[bytes | pa.Buffer]:
-    """A batch body's pieces: encoded records as they are, each run of rows encoded at once."""
-    pieces: list[bytes | pa.Buffer] = []
+def _batch_pieces(parts: list[_Part]) -> tuple[BodyPart, ...]:
+    """A batch body's pieces: encoded records as they are (views of the Arrow buffers, sent without
+    a copy of their own), each run of rows encoded at once."""
+    pieces: list[BodyPart] = []
     for encoded, run in groupby(parts, key=lambda part: isinstance(part, _Records)):
         if encoded:
-            pieces += (part.data for part in run if isinstance(part, _Records))
+            pieces += (memoryview(part.data) for part in run if isinstance(part, _Records))
         else:
             pieces.append(encode_batch((0, m.row.body, m.properties) for m in run if isinstance(m, _Message)))
-    return pieces
+    return tuple(pieces)

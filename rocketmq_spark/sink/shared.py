@@ -23,6 +23,7 @@ from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer, RocketMQClient
+from rocketmq_spark.remoting.codec import Body
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION
 from rocketmq_spark.remoting.connection import local_ip
 from rocketmq_spark.remoting.membership import producer_heartbeat
@@ -47,7 +48,7 @@ class SendingClient(Protocol):
         address: str,
         code: int,
         fields: Mapping[str, object] | None = None,
-        body: bytes = b"",
+        body: Body = b"",
         timeout: float | None = None,
     ) -> Answer: ...
 

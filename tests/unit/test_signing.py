@@ -63,3 +63,9 @@ def test_keys_sort_by_utf16_code_units_like_java() -> None:
     assert signing_content({"\uff5e": "2", "\U0001f600": "1"}, b"!") == b"12!"
     # A prefix sorts first, as in String.compareTo.
     assert sorted(["ab", "a"], key=java_string_order) == ["a", "ab"]
+
+
+def test_a_body_in_pieces_signs_as_the_joined_body() -> None:
+    fields = {"b": "topic", "a": "group"}
+    pieces = (b"first", memoryview(b"second"), b"")
+    assert sign(fields, pieces, "ak", "sk", "token") == sign(fields, b"firstsecond", "ak", "sk", "token")
