@@ -33,7 +33,7 @@ from rocketmq_spark.remoting.codec import (
     encode_frame,
 )
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
-from rocketmq_spark.remoting.gather import send_parts
+from rocketmq_spark.remoting.gather import send_frame
 from rocketmq_spark.remoting.tls_channel import TlsChannel
 
 log = logging.getLogger(__name__)
@@ -246,10 +246,7 @@ class Connection:
     def _send(self, data: Frame) -> None:
         try:
             with self._send_lock:
-                if isinstance(data, bytes):
-                    self._sock.sendall(data)
-                else:
-                    send_parts(self._sock, data)
+                send_frame(self._sock, data)
                 self._last_sent = time.monotonic()
         except OSError as err:
             self._fail(ConnectionFailedError(f"connection to {self.address} lost while sending: {err}", self.address))

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Sequence
 from typing import Protocol
 
-from rocketmq_spark.remoting.codec import BodyPart
+from rocketmq_spark.remoting.codec import BodyPart, Frame
 
 # The most buffers one sendmsg takes (the kernel's UIO_MAXIOV); more go in further calls.
 MAX_BUFFERS_PER_CALL = 1024
@@ -19,6 +19,14 @@ class Sendable(Protocol):
     """What a connection writes to: a socket, or a TLS channel over one."""
 
     def sendall(self, data: bytes) -> None: ...
+
+
+def send_frame(sock: Sendable, frame: Frame) -> None:
+    """Write a frame, whole or in pieces."""
+    if isinstance(frame, bytes):
+        sock.sendall(frame)
+    else:
+        send_parts(sock, frame)
 
 
 def send_parts(sock: Sendable, parts: Sequence[BodyPart]) -> None:
