@@ -34,7 +34,7 @@ from rocketmq_spark.remoting.codec import (
 )
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RequestTimeoutError, RocketMQError
 from rocketmq_spark.remoting.gather import send_frame
-from rocketmq_spark.remoting.tls_channel import TlsChannel
+from rocketmq_spark.remoting.tls_channel import TlsChannel, handshake
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,6 @@ _OPAQUE_LIMIT = 2**31 - 1
 _PLAIN_REFUSED_HINT = (
     "; nothing was answered on it, as a server that accepts only TLS "
     "(tls.server.mode=enforcing) does to a plain connection: if so, set tls=true"
-)
-# What a server without TLS does to a handshake: it closes the connection or answers in plain text.
-_TLS_REFUSED_HINT = (
-    "the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): if so, leave tls unset"
 )
 
 
@@ -154,7 +150,7 @@ class Connection:
         self._raw_sock = sock  # the TCP socket under TLS too: where the server's close shows
         self._sock: socket.socket | TlsChannel = sock
         if tls_context is not None:
-            self._sock = _handshake(sock, tls_context, address, host)
+            self._sock = handshake(sock, tls_context, address, host)
         # The TLS version agreed on (e.g. TLSv1.3); None for a plain connection.
         self.tls_version = self._sock.version() if isinstance(self._sock, TlsChannel) else None
         self._heard = False  # whether the server has sent anything yet
@@ -390,21 +386,3 @@ def _readable_now(sock: socket.socket) -> bool:
         return bool(poller.poll(0))
     readable, _, _ = select.select([sock], [], [], 0)
     return bool(readable)
-
-
-def _handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
-    """The TLS handshake on a connected socket; the name checked is the host connected to.
-
-    A certificate that fails verification is raised as ``ssl.SSLCertVerificationError`` inside a
-    ConnectionFailedError (its ``__cause__``), for the client to explain with its trust settings.
-    """
-    try:
-        return TlsChannel(sock, context, host)
-    except ssl.SSLCertVerificationError as err:
-        sock.close()
-        raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
-    except OSError as err:  # ssl.SSLError included
-        sock.close()
-        raise ConnectionFailedError(
-            f"TLS handshake with {address} failed ({err}): {_TLS_REFUSED_HINT}", address
-        ) from err

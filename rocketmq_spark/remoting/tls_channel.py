@@ -16,8 +16,15 @@ import ssl
 import threading
 from typing import cast
 
+from rocketmq_spark.remoting.errors import ConnectionFailedError
+
 # What one raw read takes from the socket: several full TLS records (16 KiB of plaintext each).
 RAW_CHUNK_BYTES = 256 * 1024
+
+# What a server without TLS does to a handshake: it closes the connection or answers in plain text.
+TLS_REFUSED_HINT = (
+    "the server may not accept TLS on this port (RocketMQ's tls.server.mode=disabled): if so, leave tls unset"
+)
 
 
 class TlsChannel:
@@ -116,3 +123,21 @@ class TlsChannel:
 
     def close(self) -> None:
         self._sock.close()
+
+
+def handshake(sock: socket.socket, context: ssl.SSLContext, address: str, host: str) -> TlsChannel:
+    """The TLS handshake on a connected socket; the name checked is the host connected to.
+
+    A certificate that fails verification is raised as ``ssl.SSLCertVerificationError`` inside a
+    ConnectionFailedError (its ``__cause__``), for the client to explain with its trust settings.
+    """
+    try:
+        return TlsChannel(sock, context, host)
+    except ssl.SSLCertVerificationError as err:
+        sock.close()
+        raise ConnectionFailedError(f"cannot connect to {address}: {err}", address) from err
+    except OSError as err:  # ssl.SSLError included
+        sock.close()
+        raise ConnectionFailedError(
+            f"TLS handshake with {address} failed ({err}): {TLS_REFUSED_HINT}", address
+        ) from err
