@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codec import Body, RemotingCommand
+from rocketmq_spark.remoting.codec import Body, RemotingCommand, joined
 from rocketmq_spark.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
@@ -84,8 +84,7 @@ class FakeClient(SendingClient):
         body: Body = b"",
         timeout: float | None = None,
     ) -> Answer:
-        whole = body if isinstance(body, bytes) else b"".join(body)
-        sent = Sent(address, code, dict(fields or {}), whole)
+        sent = Sent(address, code, dict(fields or {}), joined(body))
         assert sent.queue not in self.on_wire, f"two sends on the wire for {sent.queue}"
         self.on_wire.add(sent.queue)
         self.most_on_wire = max(self.most_on_wire, len(self.on_wire))

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import DEFAULT_WINDOW, RocketMQClient
-from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.codec import RemotingCommand, joined
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode, ResponseCode
 from rocketmq_spark.remoting.connection import ServerRequestHandler
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
@@ -149,7 +149,7 @@ class FakeMembers(GroupClient):
 
     def answer(self, address: str, call: Call[Any]) -> RemotingCommand:
         if call.code == RequestCode.HEART_BEAT:
-            body = json.loads(call.body if isinstance(call.body, bytes) else b"".join(call.body))
+            body = json.loads(joined(call.body))
             self.heartbeats.append(body)
             self.members.setdefault(address, set()).add(body["clientID"])
             return RemotingCommand(ResponseCode.SUCCESS)

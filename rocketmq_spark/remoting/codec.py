@@ -50,6 +50,11 @@ def body_length(body: Body) -> int:
     return len(body) if isinstance(body, bytes) else sum(memoryview(part).nbytes for part in body)
 
 
+def joined(body: Body) -> bytes:
+    """A body as one bytes object (where it must be whole: a TLS record, a test's look at it)."""
+    return body if isinstance(body, bytes) else b"".join(body)
+
+
 def _java_string(value: object) -> str:
     """Render a header field as Java's ``toString`` would."""
     if isinstance(value, bool):
@@ -70,7 +75,7 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: int = codes.SERIALIZE_JSON
-    body_parts: tuple[BodyPart, ...] = ()  # a request's body in pieces, sent after ``body`` (then empty)
+    body_parts: tuple[BodyPart, ...] = ()  # a request's body in pieces, instead of ``body``
 
     @property
     def is_response(self) -> bool:
@@ -86,8 +91,8 @@ class RemotingCommand:
         self.opaque = opaque
         if not self.body_parts:
             return encode_frame(self)
-        parts = (self.body, *self.body_parts) if self.body else self.body_parts
-        return [_frame_head(self.serialize_type, _encode_header(self, self.serialize_type), parts), *parts]
+        header = _encode_header(self, self.serialize_type)
+        return [_frame_head(self.serialize_type, header, self.body_parts), *self.body_parts]
 
     @classmethod
     def request(cls, code: int, fields: Mapping[str, object] | None = None, body: Body = b"") -> RemotingCommand:
@@ -155,8 +160,7 @@ def encode_frame(cmd: RemotingCommand, *, serialize_type: int | None = None) -> 
     ``serialize_type`` overrides ``cmd.serialize_type``.
     """
     kind = cmd.serialize_type if serialize_type is None else serialize_type
-    body = b"".join((cmd.body, *cmd.body_parts)) if cmd.body_parts else cmd.body
-    return assemble_frame(kind, _encode_header(cmd, kind), body)
+    return assemble_frame(kind, _encode_header(cmd, kind), joined(cmd.body_parts) if cmd.body_parts else cmd.body)
 
 
 def _encode_header(cmd: RemotingCommand, kind: int) -> bytes:

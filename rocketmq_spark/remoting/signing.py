@@ -52,12 +52,8 @@ def sign(
     signed[ACCESS_KEY] = access_key
     if security_token is not None:
         signed[SECURITY_TOKEN] = security_token
-    if isinstance(body, bytes):
-        digest = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, body), hashlib.sha1).digest()
-    else:  # a body in pieces: signed as their concatenation, without making it
-        mac = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, b""), hashlib.sha1)
-        for part in body:
-            mac.update(part)
-        digest = mac.digest()
-    signed[SIGNATURE] = base64.b64encode(digest).decode("ascii")
+    mac = hmac.new(secret_key.encode(_CHARSET), signing_content(signed, b""), hashlib.sha1)
+    for part in (body,) if isinstance(body, bytes) else body:  # pieces: signed as joined, without joining
+        mac.update(part)
+    signed[SIGNATURE] = base64.b64encode(mac.digest()).decode("ascii")
     return signed
