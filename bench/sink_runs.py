@@ -163,9 +163,7 @@ def run_sink(cluster: Cluster, servers: list[int], df: Any, topic: str, messages
     with Sampler(servers) as sampler:
         seconds = write_sink(df, cluster.namesrv_addr, topic)
     check_stored(cluster, topic, messages, SINK)
-    cpu = sampler.cpu()
-    groups = {group: cpu[group] for group in (SPARK_JVM, SPARK_PYTHON)}
-    return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
+    return _spark_run(messages, seconds, sampler)
 
 
 def run_handover(servers: list[int], df: Any, messages: int) -> Run:
@@ -184,6 +182,11 @@ def run_handover(servers: list[int], df: Any, messages: int) -> Run:
         seconds = time.perf_counter() - started
     if counted != messages:
         raise RuntimeError(f"{HANDOVER}: {counted:,} rows handed over, {messages:,} cached")
+    return _spark_run(messages, seconds, sampler)
+
+
+def _spark_run(messages: int, seconds: float, sampler: Sampler) -> Run:
+    """A Spark run's Run: the client's CPU is the Spark JVM's and its Python workers'."""
     cpu = sampler.cpu()
     groups = {group: cpu[group] for group in (SPARK_JVM, SPARK_PYTHON)}
     return Run(messages, seconds, sum(groups.values()), cpu["rocketmq"], groups)
