@@ -73,6 +73,7 @@ def two_broker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
             brokers=2,
             namesrv_port=TWO_BROKERS_NAMESRV_PORT,
             broker_ports=TWO_BROKERS_PORTS,
+            timer_messages=False,
         )
     ) as handle:
         yield handle
@@ -103,6 +104,7 @@ def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             acl=True,
             namesrv_port=ACL_NAMESRV_PORT,
             broker_ports=(ACL_BROKER_PORT,),
+            timer_messages=False,
         )
     ) as handle:
         yield handle.started

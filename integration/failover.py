@@ -74,6 +74,7 @@ class Clusters:
             broker_ports=(BROKER_PORT,),
             layout=layout,
             slave_read=slave_read,
+            timer_messages=False,
         )
         began = time.monotonic()
         self._current = ReplicatedCluster(config).start()

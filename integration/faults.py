@@ -58,6 +58,7 @@ def fault_cluster(workdir: Path) -> ClusterConfig:
         broker_ports=BROKER_PORTS,
         extra_broker_settings={"registerNameServerPeriod": str(REGISTER_PERIOD_MS)},
         broker_overrides={RELAYED_BROKER: {"brokerIP1": RELAY_HOST, "bindAddress": LOOPBACK}},
+        timer_messages=False,
     )
 
 

@@ -88,6 +88,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
                 tls=TLS_ENFORCING,
                 namesrv_port=TLS_NAMESRV_PORT,
                 broker_ports=(TLS_BROKER_PORT,),
+                timer_messages=False,
             )
         ) as tls,
         own_cluster(
