@@ -21,7 +21,7 @@ PROXY_FLAG := $(if $(filter 4.%,$(ROCKETMQ_VERSION)),,--proxy)
 BIG_BENCH_ARGS ?=
 SINK_BENCH_ARGS ?=
 
-.PHONY: check format test package-test spark-lines docs-test unit integration compat faults demo bench dist cluster-start cluster-stop clean
+.PHONY: deps check format test package-test spark-lines docs-test unit integration compat faults demo bench dist cluster-start cluster-stop clean
 
 $(INSTALLED): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ $(INSTALLED): setup.cfg pyproject.toml
 
 $(RMQ_CLASSPATH): $(INSTALLED) integration/pom.xml integration/tool/pom.xml $(shell find integration/tool -name '*.java')
 	$(PY) -m integration.cluster build --version $(ROCKETMQ_VERSION)
+
+# The virtualenv and the classpaths of every release CI runs (make test's, then compat's), built
+# once so that the targets .ci/run runs side by side find them ready and never build them twice.
+CI_RELEASES := 5.3.3 5.5.1 4.9.7
+deps: $(INSTALLED)
+	for release in $(CI_RELEASES); do \
+		$(MAKE) --no-print-directory integration/target/classpath-$$release.txt ROCKETMQ_VERSION=$$release || exit 1; \
+	done
 
 # The static checks, in seconds and without servers: ruff's lint rules, mypy's strict types over
 # the package (against the installed PySpark), and the layout make format gives (import order,
