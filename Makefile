@@ -78,7 +78,7 @@ package-test: $(INSTALLED) $(RMQ_CLASSPATH)
 # broker on each line where they go through branches 4.3 and the lines before did not
 # (integration/tests/test_spark_lines.py); then the wheel beside PySpark 3.5, where it must not
 # import, and the package tests above, sharing the 4.2 virtualenv. About 6 minutes on 2 cores;
-# .ci/run runs it after make test.
+# .ci/run runs it in its second lane (docs/development/testing.md).
 spark-lines: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m "package or spark_lines" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
