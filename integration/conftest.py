@@ -20,9 +20,10 @@ import pytest
 from integration.cluster import BROKER_NAMES, Cluster, ClusterConfig, shifted
 from integration.connect import ConnectServer
 from integration.constants import REPO
+from integration.failfast import Overhead
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
-from integration.support import ENDPOINTS, ClusterHandle, Overhead, own_cluster
+from integration.support import ENDPOINTS, ClusterHandle, own_cluster
 from integration.toolserver import serve_commands
 from integration.versions import release, selected_version
 from tests.listeners import closed_port

@@ -29,7 +29,8 @@ import pytest
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterError
 from integration.cluster_config import BROKER_A
 from integration.constants import ONE_HOUR_MS, PULL_BATCH, REPO
-from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query, logging_env
+from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
+from integration.support import logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from integration.support import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
+from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
 from rocketmq_spark.model import MS_PER_SECOND
 from tests.listeners import Listener, closed_port
 

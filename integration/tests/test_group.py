@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from integration.constants import FIRST, TRIGGER
+from integration.failfast import fail_stream
 from integration.support import (
     ClusterHandle,
     consumer_connections,
     consumer_progress,
     create_topic,
     eventually,
-    fail_stream,
     max_offsets,
     produce,
     push_consumer,

@@ -19,7 +19,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from integration.constants import TAGS
-from integration.support import ClusterHandle, batch_read, collect_available_now, create_topic, fail_batch, produce
+from integration.failfast import fail_batch
+from integration.support import ClusterHandle, batch_read, collect_available_now, create_topic, produce
 from rocketmq_spark.source.spark_api import FILTER_PUSHDOWN, FILTER_PUSHDOWN_CONF
 
 pytestmark = pytest.mark.integration

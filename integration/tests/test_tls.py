@@ -24,14 +24,8 @@ from typing import Any
 import pytest
 
 from integration.cluster import Cluster, ClusterConfig, shifted
-from integration.support import (
-    FAIL_FAST_LIMIT_S,
-    FAIL_FAST_TIMEOUT_MS,
-    Overhead,
-    collect_available_now,
-    fail_query,
-    own_cluster,
-)
+from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
+from integration.support import collect_available_now, own_cluster
 from integration.tls_setup import TLS_DISABLED, TLS_ENFORCING
 from rocketmq_spark.model import MS_PER_SECOND, ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient

@@ -47,6 +47,7 @@ from integration.constants import (
     TRIGGER,
     WAVE_GAP_S,
 )
+from integration.failfast import fail_batch
 from integration.support import (
     ClusterHandle,
     batch_read,
@@ -54,7 +55,6 @@ from integration.support import (
     consumer_progress,
     create_topic,
     eventually,
-    fail_batch,
     first_offsets,
     max_offsets,
     offsets_and_ends,
