@@ -500,7 +500,12 @@ def test_reset_forward_skips_what_it_passes_over(
     enough have come after the reset offsets, starts there."""
     topic, group = unique("v-reset-fwd"), unique("v-reset-fwd-group")
     first, second, times = two_waves(rocketmq, topic)
-    stream_ = running(topic, group, minMessagesPerTrigger=str(3 * WAVE))
+    # The threshold is all the stream reads after the reset (the second wave, where a reset by time
+    # goes back to, then a third wave of 3 * WAVE): more than the two waves there before it, and
+    # reached only once the third wave is in whole. A lower one fires part-way through a slow
+    # producer's wave and leaves the rest waiting for maxTriggerDelay.
+    after_reset = (WAVE if tool == "resetOffsetByTime" else 0) + 3 * WAVE
+    stream_ = running(topic, group, minMessagesPerTrigger=str(after_reset))
     eventually(
         lambda: stored_offsets(rocketmq, topic, group) == first_offsets_of(rocketmq, topic),
         "the waiting stream did not store where it stands",
