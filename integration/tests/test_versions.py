@@ -403,15 +403,20 @@ class Running:
     def keys(self) -> Counter[str]:
         return Counter(row.keys for row in self.spark.sql(f"SELECT keys FROM {self.table}").collect())
 
+    def rows(self) -> int:
+        return sum(self.keys().values())
+
     def settled(self, rocketmq: ClusterHandle, topic: str, group: str, expected: Counter[str]) -> None:
         """Wait until the sink holds ``expected`` rows in all and the stored offsets are the queues' ends;
         then the sink must hold exactly ``expected`` and the query must still run."""
         total = sum(expected.values())
-        eventually(
-            lambda: self.query.exception() is not None or sum(self.keys().values()) >= total,
-            f"the sink did not reach {total} rows",
-            QUERY_TIMEOUT_S,
-        )
+        try:
+            eventually(lambda: self.query.exception() is not None or self.rows() >= total, "", QUERY_TIMEOUT_S)
+        except AssertionError:
+            batches = {p["batchId"]: p["numInputRows"] for p in self.query.recentProgress if p["numInputRows"]}
+            raise AssertionError(
+                f"the sink holds {self.rows()} of {total} rows after {QUERY_TIMEOUT_S} s; rows per batch: {batches}"
+            ) from None
         assert self.query.exception() is None, self.query.exception()
         ends = max_offsets(rocketmq, topic)
         eventually(lambda: stored_offsets(rocketmq, topic, group) == ends, "stored offsets did not reach the end")
