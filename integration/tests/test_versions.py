@@ -505,23 +505,23 @@ def test_reset_forward_skips_what_it_passes_over(
     enough have come after the reset offsets, starts there."""
     topic, group = unique("v-reset-fwd"), unique("v-reset-fwd-group")
     first, second, times = two_waves(rocketmq, topic)
-    # The threshold is all the stream reads after the reset (the second wave, where a reset by time
-    # goes back to, then a third wave of 3 * WAVE): more than the two waves there before it, and
-    # reached only once the third wave is in whole. A lower one fires part-way through a slow
-    # producer's wave and leaves the rest waiting for maxTriggerDelay.
-    after_reset = (WAVE if tool == "resetOffsetByTime" else 0) + 3 * WAVE
-    stream_ = running(topic, group, minMessagesPerTrigger=str(after_reset))
+    # What the stream reads after the reset: the second wave, where a reset by time goes back to,
+    # then a third wave. minMessagesPerTrigger is all of it: more than the two waves there
+    # before the reset, and reached only once the third wave is in whole. A lower one fires
+    # part-way through a slow producer's wave and leaves the rest waiting for maxTriggerDelay.
+    by_time = tool == "resetOffsetByTime"
+    read = [second] if by_time else []
+    third_size = 3 * WAVE
+    stream_ = running(topic, group, minMessagesPerTrigger=str(sum(map(len, read)) + third_size))
     eventually(
         lambda: stored_offsets(rocketmq, topic, group) == first_offsets_of(rocketmq, topic),
         "the waiting stream did not store where it stands",
     )
-    if tool == "skipAccumulatedMessage":
-        rocketmq.mqadmin("skipAccumulatedMessage", "-g", group, "-t", topic)
-        read: tuple[list[dict[str, Any]], ...] = ()
-    else:
+    if by_time:
         reset_by_time(rocketmq, group, topic, just_before(second, times))
-        read = (second,)
-    third = produce(rocketmq, topic, 3 * WAVE, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
+    else:
+        rocketmq.mqadmin("skipAccumulatedMessage", "-g", group, "-t", topic)
+    third = produce(rocketmq, topic, third_size, "--keys", "w3-{i}", "--batch", str(SEND_BATCH))
     stream_.settled(rocketmq, topic, group, keys_of(*read, third))
 
 
