@@ -8,7 +8,8 @@ to the connection the heartbeat came on: it forgets the member when that connect
 after about two minutes without a heartbeat, or on UNREGISTER_CLIENT.
 
 A producer registers the same way, with its group in ``producerDataSet``. These are the calls as
-values (see ``calls.py``); when to send them is the source's and the sink's policy.
+values (see ``calls.py``), the pace both keep, and the marks that tell this package's client ids
+apart; when to send them is the source's and the sink's policy.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ CLUSTERING = "CLUSTERING"
 # JDK 17 gives the NullPointerException's message). Both are an empty list, not a failure.
 NO_CONSUMER_REMARK = "no consumer for this group"
 PROXY_NO_GROUP_REMARK = '"consumerGroupInfo" is null'
+# As the Java clients beat (heartbeatBrokerInterval): a broker forgets a consumer group's member
+# or a producer after 120 s without one. The stream's group watch and the sink's producer both
+# keep it.
+HEARTBEAT_INTERVAL_S = 30.0
+# What marks a client id as one of this package's: a stream's is ``<ip>@rocketmq-spark-<hex id>``,
+# a writing worker's ``<ip>@rocketmq-spark-writer-<pid>-<id>`` (which also holds the first mark).
+SOURCE_CLIENT_MARK = "@rocketmq-spark-"
+WRITER_CLIENT_MARK = "@rocketmq-spark-writer-"
 # Java's String.hashCode works on 32-bit signed ints over UTF-16 code units.
 _JAVA_HASH_MULTIPLIER = 31
 _UINT32_MASK = (1 << 32) - 1
@@ -47,6 +56,11 @@ def java_string_hash(text: str) -> int:
     for (unit,) in _UTF16_UNIT.iter_unpack(text.encode("utf-16-be", "surrogatepass")):
         value = (_JAVA_HASH_MULTIPLIER * value + unit) & _UINT32_MASK
     return value - (1 << 32) if value & _INT32_SIGN else value
+
+
+def is_source_client(client_id: str) -> bool:
+    """Whether a group member is a stream of this source (a writer's id holds the mark too)."""
+    return SOURCE_CLIENT_MARK in client_id and WRITER_CLIENT_MARK not in client_id
 
 
 @dataclass(frozen=True)

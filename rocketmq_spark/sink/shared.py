@@ -1,8 +1,9 @@
-"""What the writing tasks of one Python worker share: the client and its connections, the topics'
-routes, the producer's client id and unique ids, and its registration with each broker.
+"""What the writing tasks of one Python worker share: the producer's client id and unique ids, and
+its registration with each broker, over this process's view of the cluster (``remoting.cluster``:
+the client, its connections and the topics' routes, which the source's tasks use too).
 
 A producer registers with a broker by heartbeat before its first send there, and again every
-``HEARTBEAT_INTERVAL_S`` while it sends (as the Java producer does), so ``mqadmin
+``membership.HEARTBEAT_INTERVAL_S`` while it sends (as the Java producer does), so ``mqadmin
 producerConnection`` lists it. The heartbeat's answer also says which line the broker runs, which
 decides how a message is written for it (a timer message needs 5.x; 5.x reserves more property
 names).
@@ -22,17 +23,13 @@ from typing import Protocol, TypeVar
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.client import Answer, RocketMQClient
+from rocketmq_spark.remoting.client import Answer
+from rocketmq_spark.remoting.cluster import shared_cluster
 from rocketmq_spark.remoting.codec import Body
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION
 from rocketmq_spark.remoting.connection import local_ip
-from rocketmq_spark.remoting.membership import producer_heartbeat
+from rocketmq_spark.remoting.membership import HEARTBEAT_INTERVAL_S, WRITER_CLIENT_MARK, producer_heartbeat
 from rocketmq_spark.remoting.replicas import Replicas
-
-# As the Java clients beat (heartbeatBrokerInterval); a broker forgets a producer after 120 s.
-HEARTBEAT_INTERVAL_S = 30.0
-# What marks a client id as a writer of this package: ``<ip>@rocketmq-spark-writer-<pid>-<id>``.
-WRITER_CLIENT_MARK = "@rocketmq-spark-writer-"
 
 T = TypeVar("T")
 
@@ -91,18 +88,19 @@ _producers_lock = threading.Lock()
 
 
 def shared_producer(config: ClientConfig, group: str) -> Producer:
-    """This worker's producer for the config and group, made on first use."""
+    """This worker's producer for the config and group, made on first use over the process's view
+    of that cluster."""
     with _producers_lock:
         producer = _producers.get((config, group))
         if producer is None:
-            client = RocketMQClient(config)
+            cluster = shared_cluster(config)
             ip = local_ip(config.name_servers[0])
             producer = Producer(
-                client=client,
+                client=cluster.client,
                 group=group,
                 client_id=f"{ip}{WRITER_CLIENT_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}",
                 ids=UniqueIds(address_bytes(ip)),
-                routes=Replicas(client.topic_route),
+                routes=cluster.replicas,
             )
             _producers[(config, group)] = producer
         return producer

@@ -5,7 +5,7 @@ Why register at all: a broker lists a group in ``mqadmin consumerProgress -g`` o
 has a ``%RETRY%`` topic, which only a heartbeat creates, and the dashboard shows a group without a
 registered member as having no online consumer. So the stream's driver sends heartbeats as a Java
 pull consumer does (``CONSUME_ACTIVELY``, clustering), to every broker of its topics, every
-``HEARTBEAT_INTERVAL_S``, on the connections it keeps open anyway.
+``membership.HEARTBEAT_INTERVAL_S``, on the connections it keeps open anyway.
 
 Why only while no one else is registered: a heartbeat into a group with push consumers makes the
 broker notify them, and each rebalances with the stream's client among the members, leaving the
@@ -34,19 +34,13 @@ from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.connection import local_ip
 from rocketmq_spark.remoting.errors import RocketMQError
-from rocketmq_spark.remoting.membership import Subscription
+from rocketmq_spark.remoting.membership import HEARTBEAT_INTERVAL_S, SOURCE_CLIENT_MARK, Subscription, is_source_client
 from rocketmq_spark.source.options import CONSUMER_GROUP, FAIL_ON_SHARED_GROUP, SourceOptions
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# As the Java clients beat (heartbeatBrokerInterval); a broker forgets a member after 120 s
-# without one. The members are listed at the same pace, before each heartbeat: a consumer that
-# joins the group is then noticed, and the stream leaves it, within one interval.
-HEARTBEAT_INTERVAL_S = 30.0
-# What marks a client id as a stream of this source: ``<ip>@rocketmq-spark-<hex id>``.
-SOURCE_CLIENT_MARK = "@rocketmq-spark-"
 # How long stop() waits for a round in progress before leaving the group all the same.
 STOP_WAIT_S = 5.0
 
@@ -60,10 +54,6 @@ class Caller(Protocol):
 def new_client_id(name_server: str) -> str:
     """A client id unique to one stream and recognisable as this source's."""
     return f"{local_ip(name_server)}{SOURCE_CLIENT_MARK}{uuid.uuid4().hex}"
-
-
-def is_source_client(client_id: str) -> bool:
-    return SOURCE_CLIENT_MARK in client_id
 
 
 def sharing_problem(group: str, others: Iterable[str]) -> str:
@@ -96,7 +86,8 @@ class GroupWatch:
 
     ``start()`` runs one round at once (listing, then registering or not) and raises with
     ``failOnSharedGroup`` if others are there; a daemon thread then runs a round every
-    ``interval_s`` until ``stop()``, which leaves the group. A round that fails (a broker
+    ``interval_s`` (the heartbeat's pace: a consumer that joins the group is noticed, and the stream
+    leaves it, within one) until ``stop()``, which leaves the group. A round that fails (a broker
     restarting) is simply the next round's to do: a heartbeat registers again wherever the
     broker forgot the stream.
     """

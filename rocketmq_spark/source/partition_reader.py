@@ -5,24 +5,22 @@ queue ranges ``[start, end)`` with everything needed to pull them. Its thread ke
 several ranges on the wire at once and reads each range in offset order. Reading the same ranges
 twice yields the same rows, which is what lets Spark's checkpoint give exactly-once output.
 
-Python workers are reused across tasks, so clients are cached per process and keep their
-connections from one micro-batch to the next, and so are the routes that say which replica of each
-broker name serves reads (``remoting.replicas``).
+Python workers are reused across tasks, so the client, its connections and the routes that say
+which replica of each broker name serves reads are this process's view of the cluster
+(``remoting.cluster``), kept from one micro-batch to the next and shared with the sink's tasks.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from collections.abc import Iterator
 
 import pyarrow as pa
 
-from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
 from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError
-from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.pulls import MOVES_ON, Pull, PullSender, describe, stalled
@@ -49,21 +47,6 @@ STALLED_OFFSET_WAIT_S = 20.0
 RESET_NOTICES_PER_RANGE = 8
 
 
-_clients: dict[ClientConfig, tuple[RocketMQClient, Replicas]] = {}
-_clients_lock = threading.Lock()
-
-
-def shared_client(config: ClientConfig) -> tuple[RocketMQClient, Replicas]:
-    """This process's client for the config and the routes it reads by, so connections and routes
-    outlive a single task."""
-    with _clients_lock:
-        shared = _clients.get(config)
-        if shared is None:
-            client = RocketMQClient(config)
-            shared = _clients[config] = (client, Replicas(client.topic_route))
-        return shared
-
-
 def read_partition(
     part: RocketMQPartition, client: RocketMQClient | None = None, *, stalled_wait_s: float = STALLED_OFFSET_WAIT_S
 ) -> Iterator[pa.RecordBatch]:
@@ -72,9 +55,10 @@ def read_partition(
     Up to ``TASK_PULLS_IN_FLIGHT`` ranges are read at a time, each with its own pulls on the
     wire; their rows go out together whenever they reach the batch bounds, so memory does not
     grow with the number of ranges, nor the batches with it. ``client`` defaults to this
-    process's shared client (a given one gets routes of its own).
+    process's view of the cluster, which the sink's tasks share (a given client gets routes of its own).
     """
-    client, replicas = shared_client(part.client) if client is None else (client, Replicas(client.topic_route))
+    cluster = shared_cluster(part.client) if client is None else Cluster.of(client)
+    client, replicas = cluster.client, cluster.replicas
     builder = BatchBuilder(
         [
             RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id, r.start, r.end)

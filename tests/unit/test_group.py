@@ -14,7 +14,7 @@ from rocketmq_spark.remoting import membership
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError
-from rocketmq_spark.remoting.membership import Subscription
+from rocketmq_spark.remoting.membership import WRITER_CLIENT_MARK, Subscription
 from rocketmq_spark.source.group import GroupWatch, is_source_client, new_client_id, sharing_problem
 from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -124,6 +124,8 @@ def test_client_ids_are_unique_and_recognisable() -> None:
     first, second = new_client_id("127.0.0.1:9876"), new_client_id("127.0.0.1:9876")
     assert first != second and is_source_client(first) and first.startswith("127.0.0.1@")
     assert not is_source_client(PUSH)
+    # A writing worker's id holds the source's mark too; it is not a stream.
+    assert not is_source_client(f"127.0.0.1{WRITER_CLIENT_MARK}4242-0123abcd")
 
 
 # ------------------------------------------------------------------------------------ the policy

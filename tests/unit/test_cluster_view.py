@@ -1,0 +1,179 @@
+"""One view of a cluster per process: a Python worker that reads and writes one cluster asks the
+name server once for a topic's route and holds one control connection per broker, whoever asks.
+
+The name server and the broker are loopback servers that answer as real ones do (a route, a
+heartbeat, a send, a pull), and count what they are asked and the connections they accept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from rocketmq_spark.remoting import cluster as cluster_module
+from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.cluster import shared_cluster
+from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.sink import shared as sink_shared
+from rocketmq_spark.sink.columns import check_columns
+from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.writer import write_task
+from rocketmq_spark.source.partition import ReadRange
+from rocketmq_spark.source.partition_reader import read_partition
+from tests.fake_queues import QUEUE, partition
+from tests.records import record
+from tests.support import options as options_of
+
+RequestCode = codes.RequestCode
+# Messages the fake queue holds: a read of [0, HELD) gets each once.
+HELD = 3
+
+
+class FakeServer:
+    """A loopback server that answers each request by its code (``answer``) and counts the
+    requests by code and the connections it accepted."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.asked: Counter[int] = Counter()
+        self.connections = 0
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def answer(self, request: RemotingCommand) -> RemotingCommand:
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+                self._held.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        frames = FrameReader()
+        try:
+            while data := conn.recv(65536):
+                for request in frames.feed(data):
+                    with self._lock:
+                        self.asked[request.code] += 1
+                    response = self.answer(request)
+                    response.opaque, response.flag = request.opaque, codes.FLAG_RESPONSE
+                    conn.sendall(encode_frame(response))
+        except OSError:
+            return
+
+    def close(self) -> None:
+        for conn in self._held:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self.sock.close()
+
+
+class FakeBroker(FakeServer):
+    """A 5.x master of ``QUEUE``'s broker name: registers producers, stores sends, serves pulls."""
+
+    def answer(self, request: RemotingCommand) -> RemotingCommand:
+        if request.code == RequestCode.HEART_BEAT:
+            return RemotingCommand(code=codes.ResponseCode.SUCCESS, version=codes.FIRST_5X_VERSION)
+        if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            fields = {"msgId": "00", "queueId": "0", "queueOffset": "0"}
+            return RemotingCommand(code=codes.ResponseCode.SUCCESS, ext_fields=fields)
+        if request.code == RequestCode.PULL_MESSAGE:
+            offset = int(request.ext_fields["queueOffset"])
+            body = b"".join(
+                record(topic=QUEUE.topic.encode(), queue_id=QUEUE.queue_id, queue_offset=o) for o in range(offset, HELD)
+            )
+            fields = {"nextBeginOffset": str(HELD), "minOffset": "0", "maxOffset": str(HELD)}
+            return RemotingCommand(code=codes.ResponseCode.SUCCESS, ext_fields=fields, body=body)
+        return RemotingCommand(code=codes.ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not in this fake")
+
+
+class FakeNameServer(FakeServer):
+    """Routes every topic to one broker name served by ``broker`` alone, writable and readable."""
+
+    def __init__(self, broker: str) -> None:
+        super().__init__()
+        self.broker = broker
+
+    def answer(self, request: RemotingCommand) -> RemotingCommand:
+        assert request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC, request.code
+        route = {
+            "queueDatas": [
+                {"brokerName": QUEUE.broker_name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
+            ],
+            "brokerDatas": [{"brokerName": QUEUE.broker_name, "cluster": "c", "brokerAddrs": {"0": self.broker}}],
+        }
+        return RemotingCommand(code=codes.ResponseCode.SUCCESS, body=json.dumps(route).encode())
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeNameServer, FakeBroker]]:
+    """A name server and its broker, and this process's views of clusters emptied for the test."""
+    monkeypatch.setattr(cluster_module, "_clusters", {})
+    monkeypatch.setattr(sink_shared, "_producers", {})
+    broker = FakeBroker()
+    name_server = FakeNameServer(broker.address)
+    yield name_server, broker
+    for cluster in cluster_module._clusters.values():
+        cluster.client.close()
+    name_server.close()
+    broker.close()
+
+
+def read_and_write(name_server: str) -> int:
+    """A read task of ``QUEUE`` and a write task into its topic, as one worker runs them; the rows read."""
+    options = parse_sink_options({"nameServer": name_server, "topic": QUEUE.topic})
+    # The source's options make the same config of the shared options as the sink's do.
+    source_config = options_of(streaming=True, nameServer=name_server).client
+    assert source_config == options.client
+    part = dataclasses.replace(partition(0, HELD), client=source_config, ranges=(ReadRange(QUEUE, 0, HELD),))
+    read = sum(batch.num_rows for batch in read_partition(part))
+    names = check_columns(StructType([StructField("body", BinaryType())]), QUEUE.topic).names
+    written = write_task(options, names, iter([pa.record_batch({"body": pa.array([b"a", b"b"])})]))
+    assert written.stored == 2
+    return read
+
+
+def test_a_worker_that_reads_and_writes_asks_the_name_server_once(
+    servers: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    name_server, broker = servers
+    assert read_and_write(name_server.address) == HELD
+    assert name_server.asked[RequestCode.GET_ROUTEINFO_BY_TOPIC] == 1  # the sink found the reader's route
+    assert broker.asked[RequestCode.PULL_MESSAGE] >= 1 and broker.asked[RequestCode.HEART_BEAT] == 1
+    config = parse_sink_options({"nameServer": name_server.address, "topic": QUEUE.topic}).client
+    client = shared_cluster(config).client
+    # One view, one control connection per server: the pulls go over the reading thread's own.
+    assert len(cluster_module._clusters) == 1
+    assert client.connections_opened(broker.address) == 1
+    assert client.connections_opened(name_server.address) == 1
+    assert broker.connections == 2 and name_server.connections == 1
+    assert sink_shared.shared_producer(config, "rocketmq-spark-writer").client is client
+
+
+def test_a_second_round_of_tasks_reuses_the_routes_and_connections(
+    servers: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    name_server, broker = servers
+    read_and_write(name_server.address)
+    read_and_write(name_server.address)
+    assert name_server.asked[RequestCode.GET_ROUTEINFO_BY_TOPIC] == 1
+    assert broker.connections == 2 and name_server.connections == 1
