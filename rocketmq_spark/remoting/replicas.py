@@ -161,6 +161,15 @@ class Replicas:
             # A hint that named a replica that just failed is dropped.
             self._suggested = {k: v for k, v in self._suggested.items() if topic is not None and k[0] != topic}
 
+    def passed_over(self, address: str) -> bool:
+        """Whether the address failed within ``PASSED_OVER_S`` and has not answered since: the
+        sink's unordered rows go to other brokers meanwhile, as the Java producer avoids a broker
+        that failed a send. What an address said as a slave does not count here: sends go only to
+        the masters the routes list. Asked for every row, so it takes no lock: an entry is only
+        ever replaced or removed whole."""
+        entry = self._passed_over.get(address)
+        return entry is not None and not entry[1] and entry[0] > self.clock()
+
     def answered(self, address: str) -> None:
         """An address answered: it is asked again like any other."""
         if address in self._passed_over:

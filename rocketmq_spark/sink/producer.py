@@ -354,7 +354,8 @@ class TaskProducer:
         self._write(send)
 
     def _failed(self, queue: MessageQueue, address: str | None) -> None:
-        self._picker.failed(queue.broker_name)
+        """Remembered once, in the cluster view: unordered rows pass the master over for a while,
+        and the topic's route is asked again soon (a new master may be elected elsewhere)."""
         if address is not None:
             self._producer.routes.failed(address, queue.topic)
 

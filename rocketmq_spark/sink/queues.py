@@ -4,9 +4,10 @@
 - A ``shardingKey`` picks from the publish list (``TopicRoute.publish_queues``) what Java's
   ``SelectMessageQueueByHash`` picks: the key's ``String.hashCode``, Java's remainder by the
   list's length (the dividend's sign), then its absolute value.
-- Any other row goes round-robin over the publish list, passing over a broker name that failed
-  within ``FAULT_AVOID_S`` (the Java producer's send fault tolerance: an isolated broker is
-  avoided for ten seconds) and, for a retry, the one that just failed.
+- Any other row goes round-robin over the publish list, passing over a broker name whose master
+  failed lately and, for a retry, the one that just failed. How long a failed address is passed
+  over is the cluster view's one memory of failures (``remoting.replicas``: ``PASSED_OVER_S``, ten
+  seconds, as the Java producer's send fault tolerance isolates a broker), which reads share.
 
 Only brokers that list a master are in the publish list: sends go to masters.
 """
@@ -26,17 +27,18 @@ from rocketmq_spark.remoting.membership import java_string_hash
 from rocketmq_spark.remoting.route import TopicRoute
 from rocketmq_spark.sink.messages import Row, RowError
 
-# How long a broker name that failed a send is passed over by unordered rows.
-FAULT_AVOID_S = 10.0
 # How long a task uses a route it asked for before asking the shared routes again: a row costs
 # no lock then, and a new route (refreshed every few seconds, or after a failure) is seen soon.
 ROUTE_REUSE_S = 0.5
 
 
 class Routes(Protocol):
-    """What the picker needs of ``remoting.replicas.Replicas``: the topic's current route."""
+    """What the picker needs of ``remoting.replicas.Replicas``: the topic's current route, and
+    whether an address failed lately."""
 
     def route(self, topic: str, fresh: bool = False) -> TopicRoute: ...
+
+    def passed_over(self, address: str) -> bool: ...
 
 
 def hashed_queue(queues: list[MessageQueue], key: str) -> MessageQueue:
@@ -51,8 +53,8 @@ class QueuePicker:
         self._routes = routes
         self._clock = clock
         self._next = random.randrange(1 << 16)  # tasks start at different queues, as Java's threads do
-        self._faults: dict[str, float] = {}
-        self._publish: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
+        # topic -> (the route, its publish list, the master's address of each queue's broker)
+        self._publish: dict[str, tuple[TopicRoute, list[MessageQueue], list[str | None]]] = {}
         self._recent: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (until when, route)
 
     def route(self, topic: str, fresh: bool = False) -> TopicRoute:
@@ -77,22 +79,27 @@ class QueuePicker:
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's publish list, computed once per route the name server gave."""
+        return self._published(topic)[0]
+
+    def _published(self, topic: str) -> tuple[list[MessageQueue], list[str | None]]:
+        """The publish list and, in the same order, the master's address of each queue's broker."""
         route = self.route(topic)
         known = self._publish.get(topic)
         if known is not None and known[0] is route:
-            return known[1]
+            return known[1], known[2]
         queues = route.publish_queues()
         if not queues:
             raise RowError(
                 f"topic {topic} has no writable queue on a broker with a master now. Check the topic's "
                 "permission and that its brokers' masters run"
             )
-        self._publish[topic] = (route, queues)
-        return queues
+        masters = [route.master_address(q.broker_name) for q in queues]
+        self._publish[topic] = (route, queues, masters)
+        return queues, masters
 
-    def failed(self, broker_name: str) -> None:
-        """A send to the broker name failed: unordered rows pass it over for a while."""
-        self._faults[broker_name] = self._clock() + FAULT_AVOID_S
+    def _down(self, masters: list[str | None]) -> set[str | None]:
+        """The masters among ``masters`` that failed lately (a send, or any other request)."""
+        return {a for a in set(masters) if a is not None and self._routes.passed_over(a)}
 
     def pick(self, row: Row, avoid: str | None = None) -> MessageQueue:
         """The row's queue; ``avoid``: a broker name an unordered row's retry should not go back to."""
@@ -104,26 +111,26 @@ class QueuePicker:
 
     def next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
         """An unordered message's queue: the next in turn whose broker did not fail lately."""
-        queues = self.publish_queues(topic)
-        now = self._clock()
+        queues, masters = self._published(topic)
+        down = self._down(masters)
         count = len(queues)
         for step in range(count):
-            queue = queues[(self._next + step) % count]
-            if queue.broker_name != avoid and self._faults.get(queue.broker_name, 0.0) <= now:
+            index = (self._next + step) % count
+            if queues[index].broker_name != avoid and masters[index] not in down:
                 self._next += step + 1
-                return queue
+                return queues[index]
         self._next += 1  # every broker failed lately: take turns all the same
         return queues[self._next % count]
 
     def spread(self, topic: str, count: int) -> tuple[list[MessageQueue], np.ndarray]:
         """The queues of ``count`` unordered messages in a row: the publish list and each one's
         index in it, exactly what ``count`` calls of ``next_queue`` would give, at once."""
-        queues = self.publish_queues(topic)
-        now = self._clock()
+        queues, masters = self._published(topic)
+        down = self._down(masters)
         total = len(queues)
         start = self._next % total
         turn = [(start + step) % total for step in range(total)]
-        usable = np.array([i for i in turn if self._faults.get(queues[i].broker_name, 0.0) <= now], dtype=np.int64)
+        usable = np.array([i for i in turn if masters[i] not in down], dtype=np.int64)
         steps = np.arange(count, dtype=np.int64)
         if not len(usable):  # every broker failed lately: take turns all the same
             self._next += count

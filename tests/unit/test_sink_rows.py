@@ -8,11 +8,14 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import Row as SparkRow
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.errors import TopicNotFoundError
+from rocketmq_spark.remoting.replicas import PASSED_OVER_S, Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
 from rocketmq_spark.sink.messages import (
     Row,
@@ -22,7 +25,7 @@ from rocketmq_spark.sink.messages import (
     rows_from_columns,
     rows_of,
 )
-from rocketmq_spark.sink.queues import FAULT_AVOID_S, QueuePicker, hashed_queue
+from rocketmq_spark.sink.queues import QueuePicker, hashed_queue
 from rocketmq_spark.sink.spark_api import spark_rows_to_columns
 
 NAMES = {"body": "Body", "topic": "topic", "tags": "tags", "properties": "properties", "deliverTime": "deliverTime"}
@@ -127,6 +130,9 @@ class Routes:
             raise TopicNotFoundError(17, "No topic route info in name server for the topic: t")
         return self.current
 
+    def passed_over(self, address: str) -> bool:
+        return False
+
 
 def test_sharding_keys_pick_as_java_s_select_message_queue_by_hash() -> None:
     queues = route().publish_queues()
@@ -140,11 +146,12 @@ def test_sharding_keys_pick_as_java_s_select_message_queue_by_hash() -> None:
 
 def test_round_robin_passes_over_a_failed_broker_for_a_while() -> None:
     now = [0.0]
-    picker = QueuePicker(Routes(route()), clock=lambda: now[0])
-    picker.failed("a")
+    replicas = Replicas(lambda topic: route(), clock=lambda: now[0])
+    picker = QueuePicker(replicas, clock=lambda: now[0])
+    replicas.failed("a:1", "t")  # a send, or any request, to broker a's master failed
     picked = {picker.pick(Row("t", b"x")).broker_name for _ in range(8)}
     assert picked == {"b"}
-    now[0] += FAULT_AVOID_S
+    now[0] += PASSED_OVER_S
     assert {picker.pick(Row("t", b"x")).broker_name for _ in range(8)} == {"a", "b"}
     assert picker.pick(Row("t", b"x"), avoid="a").broker_name == "b"
 
@@ -164,3 +171,37 @@ def test_explicit_queues_must_be_writable_ones_of_the_route() -> None:
 def test_a_topic_the_route_does_not_list_is_an_error_naming_it() -> None:
     with pytest.raises(RowError, match="topic t does not exist.*creates no topics"):
         QueuePicker(Routes(None)).pick(Row("t", b"x"))
+
+
+def spread_route(brokers: int, queues: int) -> TopicRoute:
+    """Topic ``t`` on ``brokers`` broker names (masters ``<name>:1``), ``queues`` write queues each."""
+    names = [f"b{i}" for i in range(brokers)]
+    datas = [{"brokerName": n, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6} for n in names]
+    masters = [{"brokerName": n, "brokerAddrs": {"0": f"{n}:1"}} for n in names]
+    return parse_route("t", json.dumps({"queueDatas": datas, "brokerDatas": masters}).encode())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    brokers=st.integers(1, 4),
+    queues=st.integers(1, 5),
+    failed=st.sets(st.integers(0, 3)),
+    start=st.integers(0, 1 << 16),
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=5),
+)
+def test_spread_gives_what_next_queue_gives_one_by_one(
+    brokers: int, queues: int, failed: set[int], start: int, counts: list[int]
+) -> None:
+    """The vectorized round robin is the per-row one, whichever brokers failed and wherever the
+    turn starts, over several batches in a row."""
+    current = spread_route(brokers, queues)
+    routes = Replicas(lambda topic: current)
+    for index in failed:
+        routes.failed(f"b{index}:1", "t")
+    one, many = QueuePicker(routes), QueuePicker(routes)
+    one._next = many._next = start
+    for count in counts:
+        expected = [one.next_queue("t") for _ in range(count)]
+        listed, chosen = many.spread("t", count)
+        assert [listed[i] for i in chosen] == expected
+    assert one.next_queue("t") == many.next_queue("t")

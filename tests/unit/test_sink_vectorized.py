@@ -239,14 +239,12 @@ def test_other_columns_or_unbatched_writes_go_row_by_row() -> None:
 
 
 def test_spread_is_what_next_queue_gives_one_by_one_with_failed_brokers() -> None:
-    now = [0.0]
-    routes = Replicas(topic_route)
-    for failed in ([], ["a"], ["a", "b"]):
-        one, many = QueuePicker(routes, clock=lambda: now[0]), QueuePicker(routes, clock=lambda: now[0])
+    for failed in ([], ["a:1"], ["a:1", "b:1"]):
+        routes = Replicas(topic_route)
+        one, many = QueuePicker(routes), QueuePicker(routes)
         one._next = many._next = 4
-        for name in failed:
-            one.failed(name)
-            many.failed(name)
+        for address in failed:
+            routes.failed(address, "t")
         for count in (1, 7, 13):
             expected = [one.next_queue("t") for _ in range(count)]
             queues, chosen = many.spread("t", count)
