@@ -31,7 +31,7 @@ from integration.cluster import run_tool
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import decode_messages
-from rocketmq_spark.remoting.client import PullStatus, RocketMQClient
+from rocketmq_spark.remoting.client import PullSpec, PullStatus, RocketMQClient
 
 QUEUES_PER_BROKER = 4
 BROKERS = ("broker-a", "broker-b")
@@ -83,7 +83,7 @@ def read_all(
     for address, queue, end in targets:
         offset = 0
         while offset < end:
-            result = client.pull(address, queue, offset, group=group, max_messages=batch)
+            result = client.pull(address, PullSpec(queue, group), offset, batch)
             if result.status is not PullStatus.FOUND:
                 raise RuntimeError(f"{queue} at {offset}: {result.status}")
             pulls += 1

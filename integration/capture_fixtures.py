@@ -36,7 +36,7 @@ from integration.cluster_config import BROKER_A
 from integration.constants import COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, POLL_S, PULL_BATCH, REPO
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.client import PullSpec, RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand, encode_frame
 
 EXPECTATIONS_FILE = "captured.json"
@@ -226,7 +226,7 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     (sent,) = cap.produce(source, 1, "--tags", "TagL", "--keys", "long-key", "--body", "sent back to a long topic")
     address = cap.address(source)
     # A pull creates the group, which the broker wants before it takes a message back.
-    cap.client.pull(address, MessageQueue(source, BROKER_A, 0), 0, group=group, max_messages=1)
+    cap.client.pull(address, PullSpec(MessageQueue(source, BROKER_A, 0), group), 0, 1)
     response = cap.client.invoke(
         address,
         CONSUMER_SEND_MSG_BACK,

@@ -12,7 +12,7 @@ import pyarrow as pa
 from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue, parse_tag_expression
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import PullResult, PullStatus
+from rocketmq_spark.remoting.client import PullResult, PullSpec, PullStatus
 from rocketmq_spark.remoting.errors import RequestTimeoutError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID, BrokerData, TopicRoute
@@ -75,23 +75,12 @@ class FakeQueue:
             queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)})
         )
 
-    def pull_async(
-        self,
-        address: str,
-        queue: MessageQueue,
-        offset: int,
-        *,
-        group: str,
-        max_messages: int,
-        subscription: str,
-        expression_type: str,
-        suspend_timeout_ms: int = 0,
-    ) -> FakePending:
+    def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> FakePending:
         """Sent now, answered when the reader asks for the result."""
         self.pulls.append((offset, max_messages))
         self.active += 1
         self.most_active = max(self.most_active, self.active)
-        return FakePending(self, offset, max_messages, subscription, expression_type)
+        return FakePending(self, offset, max_messages, spec.subscription, spec.expression_type)
 
     def answer(self, offset: int, max_messages: int, subscription: str, expression_type: str) -> PullResult:
         self.active -= 1
@@ -193,11 +182,11 @@ class FakeClient(HeldPulls):
         super().__init__()
         self.holder = holder
 
-    def pull_async(self, address: str, queue: MessageQueue, offset: int, **kwargs: Any) -> FakePending:
-        return self.checked(offset, self.holder[0].pull_async(address, queue, offset, **kwargs))
+    def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> FakePending:
+        return self.checked(offset, self.holder[0].pull_async(address, spec, offset, max_messages))
 
-    def pull(self, *args: Any, **kwargs: Any) -> PullResult:
-        return self.holder[0].pull_async(*args, **kwargs).result()
+    def pull(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PullResult:
+        return self.holder[0].pull_async(address, spec, offset, max_messages).result()
 
     def max_offset(self, *args: Any) -> int:
         return self.holder[0].max_offset

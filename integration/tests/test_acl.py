@@ -34,7 +34,7 @@ from integration.support import logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, Boundary, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, Boundary, PullSpec, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
 
 pytestmark = pytest.mark.integration
@@ -127,7 +127,7 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
 
         assert client.min_offset(address, acl.queue) == 0
         assert client.max_offset(address, acl.queue) == MESSAGES
-        result = client.pull(address, acl.queue, 0, group=group, max_messages=PULL_BATCH)
+        result = client.pull(address, PullSpec(acl.queue, group), 0, PULL_BATCH)
         assert result.status is PullStatus.FOUND
         messages = decode_messages(result.body)
         assert [(m.msg_id, m.queue_offset, m.keys, m.body) for m in messages] == [
@@ -151,7 +151,7 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
 
 
 BROKER_CALLS: dict[str, Callable[[RocketMQClient, str, MessageQueue], object]] = {
-    "pull": lambda c, a, q: c.pull(a, q, 0, group="it-acl-refused", max_messages=PULL_BATCH),
+    "pull": lambda c, a, q: c.pull(a, PullSpec(q, "it-acl-refused"), 0, PULL_BATCH),
     "max_offset": lambda c, a, q: c.max_offset(a, q),
     "min_offset": lambda c, a, q: c.min_offset(a, q),
     "query_consumer_offset": lambda c, a, q: c.query_consumer_offset(a, q, "it-acl-refused"),

@@ -36,7 +36,7 @@ from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue, p
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import Boundary, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.client import Boundary, PullResult, PullSpec, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
     ConnectionFailedError,
@@ -167,15 +167,7 @@ def pull_to_end(
     results: list[PullResult] = []
     offset = start
     for _ in range(MAX_PULLS):
-        result = client.pull(
-            address,
-            queue,
-            offset,
-            group=group,
-            max_messages=max_messages,
-            subscription=subscription,
-            expression_type=expression_type,
-        )
+        result = client.pull(address, PullSpec(queue, group, subscription, expression_type), offset, max_messages)
         results.append(result)
         if result.status is PullStatus.FOUND:
             messages += decode_messages(result.body)
@@ -352,7 +344,7 @@ def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
     messages: list[Message] = []
     offset = 0
     while offset < count:
-        result = client.pull(address, queue, offset, group=unique("it-g"), max_messages=SMALL_PULL)
+        result = client.pull(address, PullSpec(queue, unique("it-g")), offset, SMALL_PULL)
         assert result.status is PullStatus.FOUND
         batch = decode_messages(result.body)
         assert [m.queue_offset for m in batch] == list(range(offset, min(offset + SMALL_PULL, count)))
@@ -385,7 +377,7 @@ def test_walk_columns_agree_with_the_producer(
     target = fresh_queue()
     sent = produce_to(rocketmq, target, 6, "--tags", "TagA", "--keys", "k{i}")
 
-    result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    result = client.pull(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH)
     columns = walk_columns(result.body)
 
     assert columns.queue_offset.to_pylist() == [row["queueOffset"] for row in sent]
@@ -411,22 +403,22 @@ def test_pull_statuses_at_and_beyond_the_end(
     produce_to(rocketmq, target, count)
     group = unique("it-g")
 
-    caught_up = client.pull(target.address, target.queue, count, group=group, max_messages=PULL_BATCH)
+    caught_up = client.pull(target.address, PullSpec(target.queue, group), count, PULL_BATCH)
     assert caught_up.status is PullStatus.NO_NEW_MSG
     assert caught_up.next_begin_offset == count
     assert (caught_up.min_offset, caught_up.max_offset) == (0, count)
     assert caught_up.body == b""
 
-    beyond = client.pull(target.address, target.queue, count + 5, group=group, max_messages=PULL_BATCH)
+    beyond = client.pull(target.address, PullSpec(target.queue, group), count + 5, PULL_BATCH)
     assert beyond.status is PullStatus.OFFSET_ILLEGAL
     assert beyond.next_begin_offset == count
     assert beyond.body == b""
 
     # A queue that never held a message: offset 0 is "nothing new", any other offset is illegal
     # and corrected to 0.
-    at_zero = client.pull(empty.address, empty.queue, 0, group=group, max_messages=PULL_BATCH)
+    at_zero = client.pull(empty.address, PullSpec(empty.queue, group), 0, PULL_BATCH)
     assert (at_zero.status, at_zero.next_begin_offset) == (PullStatus.NO_NEW_MSG, 0)
-    moved = client.pull(empty.address, empty.queue, 3, group=group, max_messages=PULL_BATCH)
+    moved = client.pull(empty.address, PullSpec(empty.queue, group), 3, PULL_BATCH)
     assert (moved.status, moved.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
 
 
@@ -449,14 +441,8 @@ def test_long_poll_returns_a_message_produced_while_it_waits(
         # A loaded machine may take longer than one poll to start the producer's JVM: poll again
         # then. A broker that did not hold the poll would burn the attempts at once and fail.
         for _ in range(LONG_POLL_ATTEMPTS):
-            result = client.pull(
-                target.address,
-                target.queue,
-                max_offset,
-                group=unique("it-g"),
-                max_messages=PULL_BATCH,
-                suspend_timeout_ms=LONG_POLL_MS,
-            )
+            spec = PullSpec(target.queue, unique("it-g"), suspend_timeout_ms=LONG_POLL_MS)
+            result = client.pull(target.address, spec, max_offset, PULL_BATCH)
             if result.status is not PullStatus.NO_NEW_MSG:
                 break
     finally:
@@ -518,7 +504,7 @@ def test_bodies_compressed_by_the_producer_decode_to_the_original(
         rocketmq, target, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES), "--compress", compression, "--tags", "Big"
     )
 
-    result = client.pull(target.address, target.queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    result = client.pull(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH)
     messages = decode_messages(result.body)
 
     # The broker stored them compressed, with the producer's compression type in the flag...
@@ -554,7 +540,7 @@ def test_a_batch_send_is_one_record_per_message_with_consecutive_offsets(
     consumed = consume(rocketmq, topic, count + 1)
     address, queue = route_queue(client, topic, BROKER_A, 0)
 
-    result = client.pull(address, queue, 1, group=unique("it-g"), max_messages=PULL_BATCH)
+    result = client.pull(address, PullSpec(queue, unique("it-g")), 1, PULL_BATCH)
     messages = decode_messages(result.body)
 
     assert len(list(raw_records(result.body))) == count
@@ -584,7 +570,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
     consumed = consume(rocketmq, topic, 2 * batch)
     address, queue = route_queue(client, topic, BROKER_A, 0)
 
-    result = client.pull(address, queue, 0, group=unique("it-g"), max_messages=PULL_BATCH)
+    result = client.pull(address, PullSpec(queue, unique("it-g")), 0, PULL_BATCH)
     records = list(raw_records(result.body))
     messages = decode_messages(result.body)
 
@@ -603,7 +589,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
         official_properties = {k: v for k, v in official["properties"].items() if k not in CONSUMER_ADDED_PROPERTIES}
         assert message.properties == official_properties == row["properties"]
 
-    inside = client.pull(address, queue, batch + 2, group=unique("it-g"), max_messages=PULL_BATCH)
+    inside = client.pull(address, PullSpec(queue, unique("it-g")), batch + 2, PULL_BATCH)
     assert inside.status is PullStatus.FOUND
     assert [m.queue_offset for m in decode_messages(inside.body)] == list(range(batch, 2 * batch))
     assert inside.next_begin_offset == 2 * batch
@@ -623,7 +609,7 @@ def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
     sent = produce_to(rocketmq, target, count, "--tags", "Aa,BB,TagC")
     group = unique("it-g")
 
-    result = client.pull(target.address, target.queue, 0, group=group, max_messages=PULL_BATCH, subscription="Aa")
+    result = client.pull(target.address, PullSpec(target.queue, group, "Aa"), 0, PULL_BATCH)
     returned = decode_messages(result.body)
 
     # The broker compares hash codes only, and Java's "Aa".hashCode() == "BB".hashCode() == 2112.
@@ -703,7 +689,7 @@ def test_consumer_offset_of_a_new_group_is_none_then_what_was_stored(
     # The queue's first message is still in memory: a broker asked without setZeroIfNotFound=false
     # would say 0 here.
     assert client.query_consumer_offset(target.address, target.queue, group) is None
-    client.pull(target.address, target.queue, 0, group=group, max_messages=1)  # creates the group
+    client.pull(target.address, PullSpec(target.queue, group), 0, 1)  # creates the group
     client.update_consumer_offset(target.address, target.queue, group, committed)
 
     assert client.query_consumer_offset(target.address, target.queue, group) == committed
@@ -850,7 +836,7 @@ def test_pull_offsets_and_search_through_the_proxy(
 
     times = [
         m.store_timestamp
-        for m in decode_messages(proxy_client.pull(address, queue, 0, group=group, max_messages=PULL_BATCH).body)
+        for m in decode_messages(proxy_client.pull(address, PullSpec(queue, group), 0, PULL_BATCH).body)
     ]
     assert proxy_client.search_offset(address, queue, times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
     assert proxy_client.search_offset(address, queue, times[-1] + ONE_HOUR_MS, Boundary.LOWER) == count

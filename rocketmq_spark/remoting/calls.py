@@ -300,32 +300,36 @@ class PullResult:
     suggested_broker_id: int = 0
 
 
-def pull_fields(
-    queue: MessageQueue,
-    offset: int,
-    *,
-    group: str,
-    max_messages: int,
-    subscription: str = SUBSCRIBE_ALL,
-    expression_type: str = EXPRESSION_TAG,
-    suspend_timeout_ms: int = 0,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PullSpec:
+    """What every pull of one queue range has in common: all of a pull's header but its offset
+    and count. Described once, by whoever reads the range, and passed as it is to the call, the
+    client and the template the client renders the request from (keyed by it)."""
+
+    queue: MessageQueue
+    group: str
+    subscription: str = SUBSCRIBE_ALL
+    expression_type: str = EXPRESSION_TAG
+    suspend_timeout_ms: int = 0  # > 0: the broker holds the pull that long for new messages
+
+
+def pull_fields(spec: PullSpec, offset: int, max_messages: int) -> dict[str, Any]:
     """The header of a pull. It carries its subscription (``PULL_FLAG_SUBSCRIPTION``), so no
     heartbeat or prior registration is needed, on a broker or through the proxy."""
-    sys_flag = codes.PULL_FLAG_SUBSCRIPTION | (codes.PULL_FLAG_SUSPEND if suspend_timeout_ms > 0 else 0)
+    suspend = codes.PULL_FLAG_SUSPEND if spec.suspend_timeout_ms > 0 else 0
     return {
-        "consumerGroup": group,
-        "topic": queue.topic,
-        "queueId": queue.queue_id,
+        "consumerGroup": spec.group,
+        "topic": spec.queue.topic,
+        "queueId": spec.queue.queue_id,
         "queueOffset": offset,
         "maxMsgNums": max_messages,
-        "sysFlag": sys_flag,
+        "sysFlag": codes.PULL_FLAG_SUBSCRIPTION | suspend,
         "commitOffset": 0,
-        "suspendTimeoutMillis": suspend_timeout_ms,
-        "subscription": subscription,
+        "suspendTimeoutMillis": spec.suspend_timeout_ms,
+        "subscription": spec.subscription,
         "subVersion": 0,
-        "expressionType": expression_type,
-        "bname": queue.broker_name,
+        "expressionType": spec.expression_type,
+        "bname": spec.queue.broker_name,
     }
 
 
@@ -351,23 +355,6 @@ def read_pull(response: RemotingCommand, address: str) -> PullResult:
     )
 
 
-def pull(
-    queue: MessageQueue,
-    offset: int,
-    *,
-    group: str,
-    max_messages: int,
-    subscription: str = SUBSCRIBE_ALL,
-    expression_type: str = EXPRESSION_TAG,
-) -> Call[PullResult]:
-    """A pull that returns at once (of every message unless a subscription is given), as a call
-    that can be sent with others."""
-    fields = pull_fields(
-        queue,
-        offset,
-        group=group,
-        max_messages=max_messages,
-        subscription=subscription,
-        expression_type=expression_type,
-    )
-    return Call(RequestCode.PULL_MESSAGE, fields, read_pull)
+def pull(spec: PullSpec, offset: int, max_messages: int) -> Call[PullResult]:
+    """A pull as a call that can be sent with others (``RocketMQClient.call_many``)."""
+    return Call(RequestCode.PULL_MESSAGE, pull_fields(spec, offset, max_messages), read_pull)

@@ -16,9 +16,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from rocketmq_spark.model import EXPRESSION_TAG, SUBSCRIBE_ALL, ClientConfig, MessageQueue
+from rocketmq_spark.model import MS_PER_SECOND, ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls, codes
-from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets, accepted, read_pull
+from rocketmq_spark.remoting.calls import (
+    Boundary,
+    Call,
+    PullResult,
+    PullSpec,
+    PullStatus,
+    QueueOffsets,
+    accepted,
+    read_pull,
+)
 from rocketmq_spark.remoting.codec import Body, RemotingCommand
 from rocketmq_spark.remoting.connection import Connection, ServerRequestHandler
 from rocketmq_spark.remoting.errors import (
@@ -33,7 +42,7 @@ from rocketmq_spark.remoting.signing import sign
 from rocketmq_spark.remoting.templates import PullTemplates
 from rocketmq_spark.remoting.tls import certificate_error, client_context
 
-__all__ = ["Boundary", "PendingPull", "PullResult", "PullStatus", "QueueOffsets", "RocketMQClient"]
+__all__ = ["Boundary", "PendingPull", "PullResult", "PullSpec", "PullStatus", "QueueOffsets", "RocketMQClient"]
 
 T = TypeVar("T")
 
@@ -286,67 +295,20 @@ class RocketMQClient:
 
     # ------------------------------------------------------------------- broker
 
-    def pull(
-        self,
-        address: str,
-        queue: MessageQueue,
-        offset: int,
-        *,
-        group: str,
-        max_messages: int,
-        subscription: str = SUBSCRIBE_ALL,
-        expression_type: str = EXPRESSION_TAG,
-        suspend_timeout_ms: int = 0,
-    ) -> PullResult:
-        """Pull up to ``max_messages`` from ``offset``; long-polls when ``suspend_timeout_ms`` > 0."""
-        return self.pull_async(
-            address,
-            queue,
-            offset,
-            group=group,
-            max_messages=max_messages,
-            subscription=subscription,
-            expression_type=expression_type,
-            suspend_timeout_ms=suspend_timeout_ms,
-        ).result()
+    def pull(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PullResult:
+        """Pull up to ``max_messages`` from ``offset``; long-polls when the spec says so."""
+        return self.pull_async(address, spec, offset, max_messages).result()
 
-    def pull_async(
-        self,
-        address: str,
-        queue: MessageQueue,
-        offset: int,
-        *,
-        group: str,
-        max_messages: int,
-        subscription: str = SUBSCRIBE_ALL,
-        expression_type: str = EXPRESSION_TAG,
-        suspend_timeout_ms: int = 0,
-    ) -> PendingPull:
+    def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PendingPull:
         """Send a pull like :meth:`pull` and return at once; many can be in flight on one
         connection, each answered by ``result()``, which the sending thread must call: pulls go
         over connections of the calling thread that it reads itself."""
-        timeout = self.config.request_timeout + suspend_timeout_ms / 1000
+        timeout = self.config.request_timeout + spec.suspend_timeout_ms / MS_PER_SECOND
         if self.config.credentials is None:  # a signature covers every field: signed pulls are built whole
-            request = self._pull_templates.request(
-                queue,
-                offset,
-                group=group,
-                max_messages=max_messages,
-                subscription=subscription,
-                expression_type=expression_type,
-                suspend_timeout_ms=suspend_timeout_ms,
-            )
+            request = self._pull_templates.request(spec, offset, max_messages)
             self._requests_sent += 1
             return PendingPull(self._pull_pool().submit(address, request, timeout), address)
-        fields = calls.pull_fields(
-            queue,
-            offset,
-            group=group,
-            max_messages=max_messages,
-            subscription=subscription,
-            expression_type=expression_type,
-            suspend_timeout_ms=suspend_timeout_ms,
-        )
+        fields = calls.pull_fields(spec, offset, max_messages)
         reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
 

@@ -5,8 +5,9 @@ response is matched to its request by ``opaque`` id. By default a reader thread 
 number of threads may share the connection. Without one (``reader_thread=False``) the thread
 waiting for a response receives it itself, and any others that arrive first; such a connection
 serves one thread, which saves that thread a hand-over per response. Requests the server starts
-on its own (consumer-id change notices and the like) are dropped: this client holds no state
-they could update.
+on its own (a broker asking a registered group member for its running info, consumer-id change
+notices) go to the connection's ``on_request`` handler, whose answer, if any, is sent back on the
+same connection; without a handler, or for a one-way request, nothing is answered.
 
 ``pool.ConnectionPool`` keeps one live connection per address and replaces one that failed, went
 idle or was closed by the server.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.codec import _JSON_ENCODER, _SERIALIZE_TYPE_NAMES, _java_string, assemble_frame
 
@@ -67,36 +66,19 @@ class TemplatedRequest:
 
 
 class PullTemplates:
-    """The pull template of each queue, group and subscription a client pulls."""
+    """The pull template of each ``PullSpec`` (queue, group, subscription) a client pulls."""
 
     def __init__(self) -> None:
-        self._templates: dict[tuple[object, ...], RequestTemplate] = {}
+        self._templates: dict[calls.PullSpec, RequestTemplate] = {}
 
-    def request(
-        self,
-        queue: MessageQueue,
-        offset: int,
-        *,
-        group: str,
-        max_messages: int,
-        subscription: str,
-        expression_type: str,
-        suspend_timeout_ms: int,
-    ) -> TemplatedRequest:
-        """The pull ``calls.pull_fields`` describes, from its template."""
-        key = (queue, group, subscription, expression_type, suspend_timeout_ms)
-        template = self._templates.get(key)
+    def request(self, spec: calls.PullSpec, offset: int, max_messages: int) -> TemplatedRequest:
+        """The pull ``calls.pull_fields`` describes, from the spec's template."""
+        template = self._templates.get(spec)
         if template is None:
             if len(self._templates) >= PULL_TEMPLATES_KEPT:
                 self._templates.clear()
-            fields = calls.pull_fields(
-                queue,
-                0,
-                group=group,
-                max_messages=0,
-                subscription=subscription,
-                expression_type=expression_type,
-                suspend_timeout_ms=suspend_timeout_ms,
+            fields = calls.pull_fields(spec, 0, 0)
+            template = self._templates[spec] = RequestTemplate(
+                codes.RequestCode.PULL_MESSAGE, fields, _PULL_OPEN_FIELDS
             )
-            template = self._templates[key] = RequestTemplate(codes.RequestCode.PULL_MESSAGE, fields, _PULL_OPEN_FIELDS)
         return template.request(offset, max_messages)

@@ -116,12 +116,9 @@ class GroupCommits:
             (
                 refused[q][0],
                 calls.pull(
-                    q,
+                    calls.PullSpec(q, group, self.options.sub_expression, self.options.expression_type),
                     refused[q][1],
-                    group=group,
-                    max_messages=1,
-                    subscription=self.options.sub_expression,
-                    expression_type=self.options.expression_type,
+                    1,
                 ),
             )
             for q in first_of_broker.values()

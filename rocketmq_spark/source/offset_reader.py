@@ -285,7 +285,7 @@ class OffsetReader:
         group = self.options.pull_group
         return self._per_queue(
             probes,
-            lambda q: calls.pull(q, probes[q].offset, group=group, max_messages=probes[q].max_messages),
+            lambda q: calls.pull(calls.PullSpec(q, group), probes[q].offset, probes[q].max_messages),
             "store times",
         )
 

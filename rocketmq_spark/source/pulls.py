@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from rocketmq_spark.remoting.client import PendingPull, PullResult, PullStatus, RocketMQClient
+from rocketmq_spark.remoting.client import PendingPull, PullResult, PullSpec, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
     ConnectionFailedError,
@@ -65,6 +65,7 @@ class PullSender:
         self.replicas = replicas
         self.part = part
         self.rng = rng
+        self.spec = PullSpec(rng.queue, part.group, part.sub_expression, part.expression_type)
         self._replica: tuple[int, str] | None = None  # (broker id, address) pulls go to now
         self.tried: list[str] = []  # addresses that failed or refused while this range was read
 
@@ -73,21 +74,13 @@ class PullSender:
         ``pulls_together()``, which sends them when it ends; an error sending one (no replica
         listed, a connection refused) is kept on it, to be met (and retried) when its answer is
         asked for."""
-        part, rng, client = self.part, self.rng, self.client
+        client = self.client
         for pull in pulls:
             if pull.pending is not None or pull.error is not None:
                 continue
             try:
                 pull.broker_id, pull.address = self._replica or self._resolve()
-                pull.pending = client.pull_async(
-                    pull.address,
-                    rng.queue,
-                    pull.start,
-                    group=part.group,
-                    max_messages=pull.stop - pull.start,
-                    subscription=part.sub_expression,
-                    expression_type=part.expression_type,
-                )
+                pull.pending = client.pull_async(pull.address, self.spec, pull.start, pull.stop - pull.start)
             except RocketMQError as err:
                 pull.error = err
                 self._failed(pull, err)

@@ -20,7 +20,7 @@ import pytest
 
 from rocketmq_spark.model import EXPRESSION_SQL92, SUBSCRIBE_ALL, MessageQueue, parse_tag_expression
 from rocketmq_spark.remoting import codes
-from rocketmq_spark.remoting.client import PullResult, PullStatus
+from rocketmq_spark.remoting.client import PullResult, PullSpec, PullStatus
 from rocketmq_spark.remoting.errors import (
     BodyTooLargeError,
     BrokerResponseError,
@@ -492,10 +492,10 @@ class QueuesClient(HeldPulls):
         self.active = 0
         self.most_active = 0
 
-    def pull_async(self, address: str, queue: MessageQueue, offset: int, **kwargs: Any) -> Any:
+    def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> Any:
         self.active += 1
         self.most_active = max(self.most_active, self.active)
-        pending = self.queues[queue].pull_async(address, queue, offset, **kwargs)
+        pending = self.queues[spec.queue].pull_async(address, spec, offset, max_messages)
         client = self
 
         class Counted:

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.client import PullResult
+from rocketmq_spark.remoting.client import PullResult, PullSpec
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
@@ -57,13 +56,13 @@ class Replicas(HeldPulls):
         brokers = {"broker-a": BrokerData("broker-a", dict(self.routes))} if self.routes else {}
         return TopicRoute(topic, (), brokers)
 
-    def pull_async(self, address: str, queue: MessageQueue, offset: int, **kwargs: Any) -> Any:
+    def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> Any:
         self.sent_to.append(address)
         while self.changes and len(self.sent_to) > self.changes[0][0]:
             _, self.routes, self.down = self.changes.pop(0)
         if address in self.down:
             raise ConnectionFailedError(f"cannot connect to {address}", address)
-        pending: Any = self.queues[address].pull_async(address, queue, offset, **kwargs)
+        pending: Any = self.queues[address].pull_async(address, spec, offset, max_messages)
         if address in self.refusing:
             pending = Refused(address)
         elif address in self.without_topic:

@@ -30,27 +30,9 @@ def test_a_templated_pull_is_the_pull_encoded_whole(group: str, subscription: st
     JSON encoder writes them; only the order of the extFields differs, which JSON leaves free."""
     queue = MessageQueue("topic-%s", 'broker-"a"', 7)
     for suspend in (0, 15000):
-        whole = RemotingCommand.request(
-            codes.RequestCode.PULL_MESSAGE,
-            calls.pull_fields(
-                queue,
-                123_456_789_012,
-                group=group,
-                max_messages=32,
-                subscription=subscription,
-                expression_type=expression_type,
-                suspend_timeout_ms=suspend,
-            ),
-        )
-        templated = PullTemplates().request(
-            queue,
-            123_456_789_012,
-            group=group,
-            max_messages=32,
-            subscription=subscription,
-            expression_type=expression_type,
-            suspend_timeout_ms=suspend,
-        )
+        spec = calls.PullSpec(queue, group, subscription, expression_type, suspend)
+        whole = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, calls.pull_fields(spec, 123_456_789_012, 32))
+        templated = PullTemplates().request(spec, 123_456_789_012, 32)
         assert templated.code == whole.code
         expected = decoded(whole.frame(2**31 - 2))
         got = decoded(templated.frame(2**31 - 2))
@@ -77,13 +59,5 @@ def test_an_open_field_takes_only_an_int() -> None:
 def test_the_templates_a_client_keeps_are_bounded() -> None:
     templates = PullTemplates()
     for queue_id in range(5000):
-        templates.request(
-            MessageQueue("t", "b", queue_id),
-            0,
-            group="g",
-            max_messages=1,
-            subscription=SUBSCRIBE_ALL,
-            expression_type=EXPRESSION_TAG,
-            suspend_timeout_ms=0,
-        )
+        templates.request(calls.PullSpec(MessageQueue("t", "b", queue_id), "g", SUBSCRIBE_ALL, EXPRESSION_TAG), 0, 1)
     assert len(templates._templates) <= 4096
