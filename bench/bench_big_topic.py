@@ -116,7 +116,8 @@ def create_and_fill(cluster: Cluster, topic: str, queues_per_broker: int, per_qu
 def wait_filled(namesrv: str, topic: str, queues: int, per_queue: int) -> Ranges:
     """Wait until every queue holds ``per_queue`` messages; fail on a queue with more, or on timeout."""
     from rocketmq_spark.source.offset_reader import OffsetReader
-    from rocketmq_spark.source.options import ReadKind, parse_options
+    from rocketmq_spark.source.option_model import ReadKind
+    from rocketmq_spark.source.options import parse_options
 
     reader = OffsetReader(parse_options({"nameServer": namesrv, "topic": topic}, kind=ReadKind.BATCH))
     deadline = time.monotonic() + DISPATCH_TIMEOUT_S
@@ -154,7 +155,8 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, id
     """The driver's and a task's work in this process, timed and with the requests counted."""
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
     from rocketmq_spark.source.offset_reader import OffsetReader
-    from rocketmq_spark.source.options import ReadKind, parse_options
+    from rocketmq_spark.source.option_model import ReadKind
+    from rocketmq_spark.source.options import parse_options
     from rocketmq_spark.source.partition_reader import read_partition
     from rocketmq_spark.source.spark_api import ReadAllAvailable
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader

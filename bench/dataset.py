@@ -33,7 +33,8 @@ def source_options(namesrv: str, topic: str, pull_batch_size: int) -> dict[str, 
 def plan_partitions(namesrv: str, topic: str, pull_batch_size: int) -> list[Any]:
     """The partitions ``spark.read`` of the whole topic gets, planned in this process."""
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-    from rocketmq_spark.source.options import ReadKind, parse_options
+    from rocketmq_spark.source.option_model import ReadKind
+    from rocketmq_spark.source.options import parse_options
 
     options = parse_options(source_options(namesrv, topic, pull_batch_size), kind=ReadKind.BATCH)
     return list(RocketMQBatchReader(options).partitions())

@@ -65,7 +65,7 @@ def run_window(spark: Any, options: dict[str, str], window: Window, pushdown: bo
     read across queries): (rows returned, seconds of the action)."""
     from pyspark.sql import functions as F
 
-    from rocketmq_spark.source.options import FILTER_PUSHDOWN
+    from rocketmq_spark.source.option_model import FILTER_PUSHDOWN
     from rocketmq_spark.source.spark_api import FILTER_PUSHDOWN_CONF
 
     if pushdown:
@@ -84,7 +84,8 @@ def pulled_with_pushdown(options: dict[str, str], window: Window) -> tuple[int, 
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
     from rocketmq_spark.source.batch_reader import PushingBatchReader
-    from rocketmq_spark.source.options import FILTER_PUSHDOWN, ReadKind, parse_options
+    from rocketmq_spark.source.option_model import FILTER_PUSHDOWN, ReadKind
+    from rocketmq_spark.source.options import parse_options
 
     reader = PushingBatchReader(parse_options({**options, FILTER_PUSHDOWN: TRUE}, kind=ReadKind.BATCH))
     reader.pushFilters(

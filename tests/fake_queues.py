@@ -16,7 +16,7 @@ from rocketmq_spark.remoting.client import PullResult, PullSpec, PullStatus
 from rocketmq_spark.remoting.errors import RequestTimeoutError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID, BrokerData, TopicRoute
-from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
+from rocketmq_spark.source.partition import ReadRange, RocketMQPartition, TaskOptions
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.records import inner_message, properties_block, record
 
@@ -201,9 +201,9 @@ def partition(
     pull_batch_size: int = 32,
     fail_on_data_loss: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    retry: Retry = FAST_RETRY,
 ) -> RocketMQPartition:
-    return RocketMQPartition(
-        ranges=(ReadRange(QUEUE, start, end),),
+    task = TaskOptions(
         client=ClientConfig(("127.0.0.1:1",)),
         group="g",
         sub_expression=expression,
@@ -211,9 +211,10 @@ def partition(
         tag_filter=parse_tag_expression(expression) if expression_type == EXPRESSION_TAG else None,
         pull_batch_size=pull_batch_size,
         fail_on_data_loss=fail_on_data_loss,
-        retry=FAST_RETRY,
+        retry=retry,
         max_body_bytes=max_body_bytes,
     )
+    return RocketMQPartition(ranges=(ReadRange(QUEUE, start, end),), task=task)
 
 
 def offsets(broker: list[FakeQueue], part: RocketMQPartition, wait_s: float = STALLED_WAIT_S) -> list[int]:

@@ -13,7 +13,8 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import FLAG_ONEWAY, RequestCode
 from rocketmq_spark.source.offsets import to_spark
-from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
+from rocketmq_spark.source.option_model import ReadKind, SourceOptions
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 

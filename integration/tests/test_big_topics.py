@@ -21,7 +21,8 @@ from integration.support import (
     stream,
 )
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import ENDING_OFFSETS, SourceOptions
+from rocketmq_spark.source.option_model import ENDING_OFFSETS, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import checked_starts

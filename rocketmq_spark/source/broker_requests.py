@@ -19,7 +19,7 @@ from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.remoting.membership import CONSUME_ACTIVELY, Subscription
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.resets import ResetInbox
 
 log = logging.getLogger(__name__)

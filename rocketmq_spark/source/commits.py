@@ -18,7 +18,7 @@ from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, RocketMQError
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 
 log = logging.getLogger(__name__)
 

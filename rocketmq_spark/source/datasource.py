@@ -20,7 +20,8 @@ from pyspark.sql.types import StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.source.batch_reader import PushingBatchReader, RocketMQBatchReader
-from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
+from rocketmq_spark.source.option_model import ReadKind, SourceOptions
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.schema import checked_columns
 from rocketmq_spark.source.spark_api import ReadLimit, SupportsTriggerAvailableNow, batch_reader_class, for_this_spark
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader

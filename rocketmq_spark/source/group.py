@@ -35,7 +35,7 @@ from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.connection import local_ip
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.membership import HEARTBEAT_INTERVAL_S, SOURCE_CLIENT_MARK, Subscription, is_source_client
-from rocketmq_spark.source.options import CONSUMER_GROUP, FAIL_ON_SHARED_GROUP, SourceOptions
+from rocketmq_spark.source.option_model import CONSUMER_GROUP, FAIL_ON_SHARED_GROUP, SourceOptions
 
 log = logging.getLogger(__name__)
 

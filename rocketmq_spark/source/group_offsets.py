@@ -19,7 +19,7 @@ from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset, SourceOptions
+from rocketmq_spark.source.option_model import ON_OFFSET_RESET, OnOffsetReset, SourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.routes import QueueRoutes
 
 log = logging.getLogger(__name__)

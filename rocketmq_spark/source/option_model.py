@@ -6,20 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rocketmq_spark.config.cluster import (
-    ACCESS_KEY,
-    DEFAULT_PULL_TIMEOUT_MS,
-    NAME_SERVER,
-    NAMESPACE,
-    PULL_TIMEOUT_MS,
-    RETRY_BUDGET_MS,
-    SECRET_KEY,
-    SECURITY_TOKEN,
-    TLS,
-    TLS_TRUST_CERT_PATH,
-    TLS_VERIFY,
-    without_namespace,
-)
+from rocketmq_spark.config.cluster import CLUSTER_OPTIONS, DEFAULT_PULL_TIMEOUT_MS, RETRY_BUDGET_MS, without_namespace
 from rocketmq_spark.model import EXPRESSION_TAG, MS_PER_SECOND, ClientConfig, parse_tag_expression
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
@@ -51,8 +38,11 @@ MAX_BODY_BYTES = "maxBodyBytes"
 ON_OFFSET_RESET = "onOffsetReset"
 FILTER_PUSHDOWN = "filterPushdown"
 
+# Every option the source takes: those shared with writing (``config.cluster``), the retry budget
+# of a running query, then the source's own.
 ALL_OPTIONS = (
-    NAME_SERVER,
+    *CLUSTER_OPTIONS,
+    RETRY_BUDGET_MS,
     TOPIC,
     CONSUMER_GROUP,
     SUB_EXPRESSION,
@@ -73,15 +63,6 @@ ALL_OPTIONS = (
     COMMIT_OFFSETS,
     PULL_BATCH_SIZE,
     MAX_BODY_BYTES,
-    PULL_TIMEOUT_MS,
-    RETRY_BUDGET_MS,
-    ACCESS_KEY,
-    SECRET_KEY,
-    SECURITY_TOKEN,
-    TLS,
-    TLS_TRUST_CERT_PATH,
-    TLS_VERIFY,
-    NAMESPACE,
     ON_OFFSET_RESET,
     FILTER_PUSHDOWN,
 )

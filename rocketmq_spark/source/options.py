@@ -34,7 +34,6 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offsets import OffsetMap, parse_offset_json
 from rocketmq_spark.source.option_model import (
     ALL_OPTIONS,
-    BATCH_READ_GROUP,
     COMMIT_OFFSETS,
     CONSUME_FROM_WHERE,
     CONSUME_TIMESTAMP,
@@ -49,7 +48,6 @@ from rocketmq_spark.source.option_model import (
     FAIL_ON_SHARED_GROUP,
     FILTER_PUSHDOWN,
     MAX_BODY_BYTES,
-    MAX_BODY_BYTES_FIX,
     MAX_MESSAGES_PER_PARTITION,
     MAX_MESSAGES_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
@@ -72,49 +70,8 @@ from rocketmq_spark.source.option_model import (
     StartingMode,
 )
 
-__all__ = [
-    "ALL_OPTIONS",
-    "BATCH_READ_GROUP",
-    "COMMIT_OFFSETS",
-    "CONSUMER_GROUP",
-    "CONSUME_FROM_WHERE",
-    "CONSUME_TIMESTAMP",
-    "ConsumeFromWhere",
-    "DEFAULT_CONSUME_TIMESTAMP_LOOKBACK_MS",
-    "DEFAULT_MAX_TRIGGER_DELAY_MS",
-    "DEFAULT_PULL_BATCH_SIZE",
-    "ENDING_OFFSETS",
-    "ENDING_TIMESTAMP",
-    "EXPRESSION_TYPE",
-    "FAIL_ON_DATA_LOSS",
-    "FAIL_ON_SHARED_GROUP",
-    "FILTER_PUSHDOWN",
-    "MAX_BODY_BYTES",
-    "MAX_BODY_BYTES_FIX",
-    "MAX_MESSAGES_PER_PARTITION",
-    "MAX_MESSAGES_PER_TRIGGER",
-    "MAX_TRIGGER_DELAY",
-    "MIN_MESSAGES_PER_TRIGGER",
-    "MIN_PARTITIONS",
-    "ON_OFFSET_RESET",
-    "OWNER",
-    "OnOffsetReset",
-    "PULL_BATCH_SIZE",
-    "ROCKETMQ_TIMESTAMP_DIGITS",
-    "ROCKETMQ_TIMESTAMP_FORMAT",
-    "ReadKind",
-    "SPARK_OWNED",
-    "STARTING_OFFSETS",
-    "STARTING_TIMESTAMP",
-    "SUB_EXPRESSION",
-    "SourceOptions",
-    "StartingMode",
-    "TOPIC",
-    "parse_options",
-]
 
-
-# The pieces parse_options is made of, one per concern; each fills the SourceOptions fields it names.
+# The pieces parse_options is made of, one per concern; each holds the SourceOptions fields it names.
 class _Names(NamedTuple):
     """What is read, and as which group."""
 
@@ -184,16 +141,42 @@ def parse_options(raw: Mapping[str, str], *, kind: ReadKind, now_ms: int | None 
     servers = name_servers(reader)
     names = _names(reader, kind)
     now = wall_clock_ms() if now_ms is None else now_ms
-    # Keyword arguments are evaluated in order: the pieces check their options in this order.
+    # The pieces check their options in this order; each field is named, so mypy checks them all.
+    subscription = _subscription(reader)
+    start = _start(reader, kind, names, now)
+    batch = _batch_only(reader, kind, names)
+    limits = _trigger_limits(reader)
+    cluster = _cluster(reader, servers)
+    pulls = _pulls(reader)
+    policies = _policies(reader)
     return SourceOptions(
-        **names._asdict(),
-        **_subscription(reader)._asdict(),
-        **_start(reader, kind, names, now)._asdict(),
-        **_batch_only(reader, kind, names)._asdict(),
-        **_trigger_limits(reader)._asdict(),
-        **_cluster(reader, servers)._asdict(),
-        **_pulls(reader)._asdict(),
-        **_policies(reader)._asdict(),
+        topics=names.topics,
+        consumer_group=names.consumer_group,
+        namespace=names.namespace,
+        expression_type=subscription.expression_type,
+        sub_expression=subscription.sub_expression,
+        consume_from_where=start.consume_from_where,
+        consume_timestamp_ms=start.consume_timestamp_ms,
+        starting_mode=start.starting_mode,
+        starting_offsets=start.starting_offsets,
+        starting_timestamp_ms=start.starting_timestamp_ms,
+        ending_offsets=batch.ending_offsets,
+        ending_timestamp_ms=batch.ending_timestamp_ms,
+        filter_pushdown=batch.filter_pushdown,
+        max_messages_per_trigger=limits.max_messages_per_trigger,
+        min_messages_per_trigger=limits.min_messages_per_trigger,
+        max_trigger_delay_ms=limits.max_trigger_delay_ms,
+        client=cluster.client,
+        retry=cluster.retry,
+        start_retry=cluster.start_retry,
+        min_partitions=pulls.min_partitions,
+        max_messages_per_partition=pulls.max_messages_per_partition,
+        pull_batch_size=pulls.pull_batch_size,
+        max_body_bytes=pulls.max_body_bytes,
+        fail_on_data_loss=policies.fail_on_data_loss,
+        commit_offsets=policies.commit_offsets,
+        fail_on_shared_group=policies.fail_on_shared_group,
+        on_offset_reset=policies.on_offset_reset,
     )
 
 

@@ -11,7 +11,7 @@ from rocketmq_spark.config.cluster import without_namespace
 from rocketmq_spark.model import EXPRESSION_TAG, ClientConfig, MessageQueue
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.planning import QueueRange, plan
 from rocketmq_spark.source.schema import COLUMNS
 
@@ -28,10 +28,10 @@ class ReadRange:
 
 
 @dataclass(frozen=True)
-class RocketMQPartition(InputPartition):
-    """One Spark partition: one or more queue ranges, each read in offset order."""
+class TaskOptions:
+    """What every task of a read needs of the query's options: taken from ``SourceOptions`` once
+    on the driver (``of``), and shipped as one value with each partition."""
 
-    ranges: tuple[ReadRange, ...]
     client: ClientConfig
     group: str
     sub_expression: str
@@ -44,21 +44,9 @@ class RocketMQPartition(InputPartition):
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     columns: tuple[str, ...] = COLUMNS
 
-    @property
-    def reads_every_message(self) -> bool:
-        """No filter: every offset of a range holds a message this read returns."""
-        return self.expression_type == EXPRESSION_TAG and self.tag_filter is None
-
-    def display_topic(self, topic: str) -> str:
-        """The topic as the user named it, without the namespace."""
-        return without_namespace(topic, self.namespace)
-
-
-def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> list[RocketMQPartition]:
-    """A partition per group of planned ranges."""
-    return [
-        RocketMQPartition(
-            ranges=tuple(ReadRange(r.queue, r.start, r.end) for r in group),
+    @classmethod
+    def of(cls, options: SourceOptions) -> TaskOptions:
+        return cls(
             client=options.client,
             group=options.pull_group,
             sub_expression=options.sub_expression,
@@ -71,8 +59,30 @@ def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> l
             max_body_bytes=options.max_body_bytes,
             columns=options.columns,
         )
-        for group in groups
-    ]
+
+    @property
+    def reads_every_message(self) -> bool:
+        """No filter: every offset of a range holds a message this read returns."""
+        return self.expression_type == EXPRESSION_TAG and self.tag_filter is None
+
+    def display_topic(self, topic: str) -> str:
+        """The topic as the user named it, without the namespace."""
+        return without_namespace(topic, self.namespace)
+
+
+@dataclass(frozen=True)
+class RocketMQPartition(InputPartition):
+    """One Spark partition: one or more queue ranges, each read in offset order, and the options
+    every task of the read shares."""
+
+    ranges: tuple[ReadRange, ...]
+    task: TaskOptions
+
+
+def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> list[RocketMQPartition]:
+    """A partition per group of planned ranges."""
+    task = TaskOptions.of(options)
+    return [RocketMQPartition(tuple(ReadRange(r.queue, r.start, r.end) for r in group), task) for group in groups]
 
 
 def plan_partitions(

@@ -57,16 +57,16 @@ def read_partition(
     grow with the number of ranges, nor the batches with it. ``client`` defaults to this
     process's view of the cluster, which the sink's tasks share (a given client gets routes of its own).
     """
-    cluster = shared_cluster(part.client) if client is None else Cluster.of(client)
+    cluster = shared_cluster(part.task.client) if client is None else Cluster.of(client)
     client, replicas = cluster.client, cluster.replicas
     builder = BatchBuilder(
         [
-            RowRange(part.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id, r.start, r.end)
+            RowRange(part.task.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id, r.start, r.end)
             for r in part.ranges
         ],
-        part.tag_filter,
-        part.max_body_bytes,
-        part.columns,
+        part.task.tag_filter,
+        part.task.max_body_bytes,
+        part.task.columns,
     )
     waiting = deque(
         _RangeRead(PullSender(client, replicas, part, r), index, stalled_wait_s) for index, r in enumerate(part.ranges)
@@ -125,7 +125,7 @@ class _RangeRead:
         self.part = part = sender.part
         self.rng = rng = sender.rng
         self.stalled_wait_s = stalled_wait_s
-        self.depth = PULLS_IN_FLIGHT if part.reads_every_message else 1
+        self.depth = PULLS_IN_FLIGHT if part.task.reads_every_message else 1
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
         # In span order; those not sent yet (new spans, a short answer's rest) go with the next submit.
@@ -140,7 +140,7 @@ class _RangeRead:
         """Add the next span to the pulls to send, if the range has one and room for it."""
         if self.done or len(self.pulls) >= self.depth or self.requested >= self.rng.end:
             return False
-        stop = min(self.requested + self.part.pull_batch_size, self.rng.end)
+        stop = min(self.requested + self.part.task.pull_batch_size, self.rng.end)
         self.pulls.append(Pull(self.requested, stop))
         self.requested = stop
         return True
@@ -213,7 +213,8 @@ class _RangeRead:
             return self._expired(start, result)
         if start > result.max_offset:
             on_data_loss(
-                [DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)], self.part.fail_on_data_loss
+                [DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)],
+                self.part.task.fail_on_data_loss,
             )
             return rng.end
         self.reset_notices += 1
@@ -234,7 +235,9 @@ class _RangeRead:
     def _expired(self, start: int, result: PullResult) -> int:
         """Offsets from ``start`` below the queue's first: deleted or expired."""
         lost_to = min(result.min_offset, self.rng.end)
-        on_data_loss([DataLoss.expired(self.rng.queue, start, lost_to, result.min_offset)], self.part.fail_on_data_loss)
+        on_data_loss(
+            [DataLoss.expired(self.rng.queue, start, lost_to, result.min_offset)], self.part.task.fail_on_data_loss
+        )
         return lost_to
 
     def _not_served(self, start: int, result: PullResult) -> int:
@@ -251,5 +254,5 @@ class _RangeRead:
                 f"{rng.queue}: the broker has no message at offset {start}, below its max {result.max_offset}, and "
                 f"does not say where the queue goes on: it answered {describe(result)} for {self.stalled_wait_s:g} s"
             )
-        on_data_loss([loss], self.part.fail_on_data_loss)
+        on_data_loss([loss], self.part.task.fail_on_data_loss)
         return loss.lost_to

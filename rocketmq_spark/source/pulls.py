@@ -65,7 +65,7 @@ class PullSender:
         self.replicas = replicas
         self.part = part
         self.rng = rng
-        self.spec = PullSpec(rng.queue, part.group, part.sub_expression, part.expression_type)
+        self.spec = PullSpec(rng.queue, part.task.group, part.task.sub_expression, part.task.expression_type)
         self._replica: tuple[int, str] | None = None  # (broker id, address) pulls go to now
         self.tried: list[str] = []  # addresses that failed or refused while this range was read
 
@@ -102,7 +102,7 @@ class PullSender:
             # Debug only: many pulls meet the same outage, which the retry logs once.
             log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, pull.start, err)
         try:
-            return self.part.retry.call(
+            return self.part.task.retry.call(
                 lambda: self._answer(self._sent_alone(pull.start, pull.stop)),
                 f"pull of {self.rng.queue} at {pull.start}",
             )
@@ -123,7 +123,7 @@ class PullSender:
             return result
 
         try:
-            return self.part.retry.within(wait_s).call(attempt, f"pull of {self.rng.queue} at {start}")
+            return self.part.task.retry.within(wait_s).call(attempt, f"pull of {self.rng.queue} at {start}")
         except _Stalled as still:
             return still.result
 

@@ -33,7 +33,7 @@ from rocketmq_spark.model import (
     parse_tag_expression,
 )
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.spark_api import (
     EqualTo,
     Filter,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import OffsetResetError
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import ON_OFFSET_RESET, OnOffsetReset
+from rocketmq_spark.source.option_model import ON_OFFSET_RESET, OnOffsetReset
 
 
 class ResetInbox:

@@ -23,7 +23,7 @@ from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.source.options import STARTING_OFFSETS, TOPIC, SourceOptions
+from rocketmq_spark.source.option_model import STARTING_OFFSETS, TOPIC, SourceOptions
 
 __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
 

@@ -15,7 +15,7 @@ from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.decoder import Decoded, PullDecoder
 from rocketmq_spark.remoting.errors import BodyTooLargeError
-from rocketmq_spark.source.options import MAX_BODY_BYTES_FIX
+from rocketmq_spark.source.option_model import MAX_BODY_BYTES_FIX
 from rocketmq_spark.source.schema import ARROW_SCHEMA, COLUMNS, SCHEMA, arrow_schema
 
 _TIMESTAMP = ARROW_SCHEMA.field("bornTimestamp").type

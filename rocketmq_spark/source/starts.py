@@ -11,7 +11,7 @@ from typing import Protocol
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.options import (
+from rocketmq_spark.source.option_model import (
     CONSUMER_GROUP,
     STARTING_OFFSETS,
     ConsumeFromWhere,

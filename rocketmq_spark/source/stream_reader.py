@@ -37,7 +37,7 @@ from rocketmq_spark.source.offsets import (
     starts_from_spark,
     to_spark,
 )
-from rocketmq_spark.source.options import SourceOptions
+from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.spark_api import (

@@ -26,7 +26,6 @@ from rocketmq_spark.sink import shared as sink_shared
 from rocketmq_spark.sink.columns import check_columns
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.writer import write_task
-from rocketmq_spark.source.partition import ReadRange
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import QUEUE, partition
 from tests.records import record
@@ -144,7 +143,8 @@ def read_and_write(name_server: str) -> int:
     # The source's options make the same config of the shared options as the sink's do.
     source_config = options_of(streaming=True, nameServer=name_server).client
     assert source_config == options.client
-    part = dataclasses.replace(partition(0, HELD), client=source_config, ranges=(ReadRange(QUEUE, 0, HELD),))
+    base = partition(0, HELD)
+    part = dataclasses.replace(base, task=dataclasses.replace(base.task, client=source_config))
     read = sum(batch.num_rows for batch in read_partition(part))
     names = check_columns(StructType([StructField("body", BinaryType())]), QUEUE.topic).names
     written = write_task(options, names, iter([pa.record_batch({"body": pa.array([b"a", b"b"])})]))

@@ -16,7 +16,8 @@ from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RequestTimeoutError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark, to_spark
-from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
+from rocketmq_spark.source.option_model import ReadKind, SourceOptions
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeBrokers

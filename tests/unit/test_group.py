@@ -16,7 +16,8 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, ProtocolError
 from rocketmq_spark.remoting.membership import WRITER_CLIENT_MARK, Subscription
 from rocketmq_spark.source.group import GroupWatch, is_source_client, new_client_id, sharing_problem
-from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
+from rocketmq_spark.source.option_model import ReadKind, SourceOptions
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeMembers, FakeOffsets
 from tests.support import A0, A1, B0, spark

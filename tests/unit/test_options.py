@@ -12,14 +12,8 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.model import ClientConfig, MessageQueue, SettingNames
 from rocketmq_spark.source.datasource import RefusedStreamReader
-from rocketmq_spark.source.options import (
-    ALL_OPTIONS,
-    ConsumeFromWhere,
-    OnOffsetReset,
-    ReadKind,
-    StartingMode,
-    parse_options,
-)
+from rocketmq_spark.source.option_model import ALL_OPTIONS, ConsumeFromWhere, OnOffsetReset, ReadKind, StartingMode
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.schema import SCHEMA
 from rocketmq_spark.source.spark_api import PlainStreamReader, ReadAllAvailable
 

@@ -93,7 +93,7 @@ def test_sql_filter_is_not_pulled_ahead(broker: list[FakeQueue]) -> None:
     queue = FakeQueue(200)
     broker.append(queue)
     part = partition(0, 200, expression="a > 1", expression_type=EXPRESSION_SQL92)
-    assert not part.reads_every_message
+    assert not part.task.reads_every_message
     assert offsets(broker, part) == list(range(200))
 
 
@@ -175,7 +175,7 @@ def test_a_queue_that_stays_hidden_fails_the_read_saying_why(broker: list[FakeQu
     queue.failures = [1] * 1000
     queue.failure = NOT_READABLE
     broker.append(queue)
-    part = dataclasses.replace(partition(0, 100), retry=Retry(budget_s=0.2, first_backoff_s=0.01))
+    part = partition(0, 100, retry=Retry(budget_s=0.2, first_backoff_s=0.01))
     with pytest.raises(
         QueueNotReadableError,
         match=r"orders/broker-a/2 is not readable on its broker now \(queueId\[0\] "

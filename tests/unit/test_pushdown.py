@@ -157,10 +157,10 @@ def test_tags_become_the_subscription_when_none_was_given() -> None:
     assert back == []
     [part] = reader.partitions()
     assert isinstance(part, RocketMQPartition)
-    assert (part.sub_expression, part.tag_filter) == ("TagA", frozenset({"TagA"}))
+    assert (part.task.sub_expression, part.task.tag_filter) == ("TagA", frozenset({"TagA"}))
     reader, back = pushing(fake, [In(col("tags"), ("TagB", "TagA"))])
     [part] = reader.partitions()
-    assert (part.sub_expression, back) == ("TagA||TagB", [])  # type: ignore[attr-defined]
+    assert (part.task.sub_expression, back) == ("TagA||TagB", [])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("value", ["*", "a||b", " padded", ""])

@@ -249,11 +249,11 @@ def test_partitions_carry_what_a_task_needs() -> None:
     [part] = reader.partitions(spark(start), spark({q: 10 for q in start}))
     assert isinstance(part, RocketMQPartition)
     assert (
-        part.display_topic(part.ranges[0].queue.topic),
-        part.group,
-        part.tag_filter,
-        part.pull_batch_size,
-        part.max_body_bytes,
+        part.task.display_topic(part.ranges[0].queue.topic),
+        part.task.group,
+        part.task.tag_filter,
+        part.task.pull_batch_size,
+        part.task.max_body_bytes,
     ) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
 
 

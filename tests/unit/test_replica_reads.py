@@ -105,7 +105,7 @@ class Suggesting:
 
 
 def read(client: Replicas, part: RocketMQPartition | None = None) -> list[int]:
-    part = part or dataclasses.replace(partition(0, END, pull_batch_size=10), retry=QUICK)
+    part = part or partition(0, END, pull_batch_size=10, retry=QUICK)
     batches = list(read_partition(part, client))  # type: ignore[arg-type]
     assert client.unbatched == []
     return [o for b in batches for o in b.column("queueOffset").to_pylist()]
@@ -161,7 +161,7 @@ def test_a_slave_behind_the_planned_offsets_is_waited_for_never_data_loss(fail_o
     client = Replicas({0: MASTER, SLAVE_ID: SLAVE}, {MASTER: END, SLAVE: 60})
     client.after(1, {SLAVE_ID: SLAVE}, {MASTER})
     client.after(20, {0: MASTER, SLAVE_ID: SLAVE}, set())
-    part = dataclasses.replace(partition(0, END, pull_batch_size=10, fail_on_data_loss=fail_on_data_loss), retry=QUICK)
+    part = partition(0, END, pull_batch_size=10, fail_on_data_loss=fail_on_data_loss, retry=QUICK)
     assert read(client, part) == list(range(END))
     assert client.sent_to[-1] == MASTER
 
@@ -179,14 +179,14 @@ def test_the_broker_s_suggestion_sends_the_next_pulls_to_that_replica() -> None:
 def test_a_range_no_replica_serves_within_the_budget_fails_naming_the_broker_and_the_addresses() -> None:
     client = Replicas({0: MASTER}, {MASTER: END})
     client.after(0, {0: MASTER}, {MASTER})  # registered, but nothing answers there
-    part = dataclasses.replace(partition(0, END), retry=Retry(budget_s=0.5, first_backoff_s=0.01))
+    part = partition(0, END, retry=Retry(budget_s=0.5, first_backoff_s=0.01))
     with pytest.raises(NoReplicaError, match=rf"no replica of broker broker-a serves .*tried {MASTER}"):
         read(client, part)
 
 
 def test_a_broker_name_with_no_replica_listed_fails_after_the_budget_saying_so() -> None:
     client = Replicas({}, {MASTER: END})
-    part = dataclasses.replace(partition(0, END), retry=Retry(budget_s=0.3, first_backoff_s=0.01))
+    part = partition(0, END, retry=Retry(budget_s=0.3, first_backoff_s=0.01))
     with pytest.raises(NoReplicaError, match="no replica of it is registered"):
         read(client, part)
     assert client.sent_to == []

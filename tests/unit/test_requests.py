@@ -16,7 +16,8 @@ from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.fakes import FakeBrokers

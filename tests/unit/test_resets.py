@@ -16,7 +16,7 @@ from rocketmq_spark.remoting.errors import DataLossError, OffsetResetError
 from rocketmq_spark.source import resets
 from rocketmq_spark.source.group import HEARTBEAT_INTERVAL_S
 from rocketmq_spark.source.offsets import RESETS_KEY, from_spark, resets_from_spark
-from rocketmq_spark.source.options import OnOffsetReset
+from rocketmq_spark.source.option_model import OnOffsetReset
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.fakes import FakeOffsets

@@ -17,7 +17,8 @@ from rocketmq_spark.records import columnar
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.datasource import RefusedStreamReader
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from rocketmq_spark.source.rows import BatchBuilder, RowRange
@@ -71,7 +72,7 @@ def test_partitions_carry_the_columns_to_the_tasks() -> None:
     options = parse_options(OPTIONS, kind=ReadKind.BATCH)
     queue = MessageQueue("t", "b", 0)
     parts = make_partitions(replace(options, columns=("body",)), [[QueueRange(queue, 0, 1)]])
-    assert parts[0].columns == ("body",)
+    assert parts[0].task.columns == ("body",)
 
 
 def pulls(tag: str = "TagA") -> list[bytes]:

@@ -14,7 +14,8 @@ from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from tests.listeners import Listener

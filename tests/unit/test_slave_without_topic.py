@@ -20,7 +20,8 @@ from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
-from rocketmq_spark.source.options import ReadKind, SourceOptions, parse_options
+from rocketmq_spark.source.option_model import ReadKind, SourceOptions
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader

@@ -23,7 +23,8 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRoute
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from tests.records import record
 from tests.support import PERM_READ_WRITE, TOPIC, VERSION_4_9_7, VERSION_5_3_3
 

@@ -24,7 +24,8 @@ from rocketmq_spark.remoting.connection import Connection
 from rocketmq_spark.remoting.errors import CertificateError, NameServersUnavailableError
 from rocketmq_spark.remoting.tls import certificate_error, client_context
 from rocketmq_spark.source.offset_reader import UNVERIFIED_TLS_WARNING
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.partition import make_partitions
 from rocketmq_spark.source.planning import QueueRange
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -100,7 +101,7 @@ def test_the_trust_bundle_is_read_at_load_and_travels_as_text(
     part = make_partitions(opts, [[QueueRange(MessageQueue("orders", "broker-a", 0), 0, 5)]])[0]
     bundle.unlink()  # an executor has no such file: what it gets is the pickled partition
     shipped = pickle.loads(pickle.dumps(part))
-    context = client_context(shipped.client)
+    context = client_context(shipped.task.client)
     assert context is not None and len(context.get_ca_certs()) == 1
     assert "BEGIN CERTIFICATE" not in f"{opts!r} {opts.client!r} {part!r}"
 

@@ -16,7 +16,8 @@ from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import NameServersUnavailableError
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.options import ReadKind, parse_options
+from rocketmq_spark.source.option_model import ReadKind
+from rocketmq_spark.source.options import parse_options
 from tests.listeners import Listener, closed_port
 
 TIMEOUT_S = 0.5
