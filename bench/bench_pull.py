@@ -31,6 +31,7 @@ from integration.cluster import run_tool
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import decode_messages
+from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import PullSpec, PullStatus, RocketMQClient
 
 QUEUES_PER_BROKER = 4
@@ -83,7 +84,7 @@ def read_all(
     for address, queue, end in targets:
         offset = 0
         while offset < end:
-            result = client.pull(address, PullSpec(queue, group), offset, batch)
+            result = client.pull_async(address, PullSpec(queue, group), offset, batch).result()
             if result.status is not PullStatus.FOUND:
                 raise RuntimeError(f"{queue} at {offset}: {result.status}")
             pulls += 1
@@ -119,7 +120,7 @@ def main() -> None:
             address = route.master_address(queue.broker_name)
             if address is None:
                 raise SystemExit(f"no master for {queue.broker_name}")
-            targets.append((address, queue, client.max_offset(address, queue)))
+            targets.append((address, queue, client.call(address, calls.max_offset(queue))))
         total = sum(end for _, _, end in targets)
         payload_bytes = total * args.body_size
         print(f"{total} messages in {len(targets)} queues, median of {args.runs} runs, one thread")

@@ -35,7 +35,7 @@ from integration.cluster import run_tool
 from integration.cluster_config import BROKER_A
 from integration.constants import COMPRESSIBLE_BODY_BYTES, CONSUMER_ADDED_PROPERTIES, POLL_S, PULL_BATCH, REPO
 from rocketmq_spark.model import ClientConfig, MessageQueue
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.client import PullSpec, RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand, encode_frame
 
@@ -226,7 +226,7 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
     (sent,) = cap.produce(source, 1, "--tags", "TagL", "--keys", "long-key", "--body", "sent back to a long topic")
     address = cap.address(source)
     # A pull creates the group, which the broker wants before it takes a message back.
-    cap.client.pull(address, PullSpec(MessageQueue(source, BROKER_A, 0), group), 0, 1)
+    cap.client.pull_async(address, PullSpec(MessageQueue(source, BROKER_A, 0), group), 0, 1).result()
     response = cap.client.invoke(
         address,
         CONSUMER_SEND_MSG_BACK,
@@ -245,7 +245,7 @@ def long_topic(cap: Capture) -> tuple[bytes, dict[str, Any]]:
         raise RuntimeError(f"send-back refused: {response.code} {response.remark}")
     retry_queue = MessageQueue(retry_topic, BROKER_A, 0)
     deadline = time.monotonic() + RETRY_WAIT_S
-    while cap.client.max_offset(address, retry_queue) == 0:
+    while cap.client.call(address, calls.max_offset(retry_queue)) == 0:
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing arrived in {retry_topic}")
         time.sleep(POLL_S)

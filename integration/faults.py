@@ -31,6 +31,7 @@ from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S, STORED_TI
 from integration.javatool import json_lines, run_tool, tool_command
 from integration.relay import RELAY_HOST
 from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
 
 NAMESRV_PORTS = (shifted(26876), shifted(26886))
@@ -247,7 +248,11 @@ def wait_stored_at_end(
     wanted = [MessageQueue(topic, broker, queue_id) for queue_id in range(queues)]
     deadline = time.monotonic() + timeout_s
     with RocketMQClient(ClientConfig((config.namesrv_addr,))) as client:
-        while any(client.query_consumer_offset(address, q, group) != client.max_offset(address, q) for q in wanted):
+        while any(
+            client.call(address, calls.query_consumer_offset(q, group)).offset
+            != client.call(address, calls.max_offset(q))
+            for q in wanted
+        ):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the stream did not store the end of {broker}'s queues in {timeout_s:.0f}s")
             time.sleep(POLL_S / 2)

@@ -62,6 +62,7 @@ from integration.replicated_config import (
     replicas,
 )
 from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import RocketMQError
@@ -258,7 +259,7 @@ class ReplicatedCluster(Cluster):
                 if master is None:
                     return [f"{data.broker_name} has no master"]
                 queues = [MessageQueue(topic, data.broker_name, q) for q in range(data.read_queue_nums)]
-                ends = [client.max_offset(master, q) for q in queues]
+                ends = [client.call(master, calls.max_offset(q)) for q in queues]
                 for replica in self.replicas(data.broker_name):
                     if self.running(replica.name) and replica.address != master:
                         behind += self._replica_behind(client, replica, topic, queues, ends)
@@ -282,7 +283,7 @@ class ReplicatedCluster(Cluster):
         try:
             if topic not in self._topics(client, replica):
                 return [f"{replica.name} does not know {topic} yet"]
-            offsets = [client.max_offset(replica.address, q) for q in queues]
+            offsets = [client.call(replica.address, calls.max_offset(q)) for q in queues]
         except RocketMQError as err:
             return [f"{replica.name}: {err}"]
         return [f"{replica.name} holds {offsets}, the master {list(ends)}"] if offsets != list(ends) else []

@@ -185,12 +185,6 @@ class FakeClient(HeldPulls):
     def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> FakePending:
         return self.checked(offset, self.holder[0].pull_async(address, spec, offset, max_messages))
 
-    def pull(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PullResult:
-        return self.holder[0].pull_async(address, spec, offset, max_messages).result()
-
-    def max_offset(self, *args: Any) -> int:
-        return self.holder[0].max_offset
-
 
 def partition(
     start: int,

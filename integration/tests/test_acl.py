@@ -33,7 +33,7 @@ from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhe
 from integration.support import logging_env
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
 from rocketmq_spark.records.walk import decode_messages
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, Boundary, PullSpec, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
 
@@ -125,23 +125,25 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
         assert address == acl.broker_addr
         assert route.readable_queues() == [MessageQueue(acl.topic, BROKER_A, q) for q in range(QUEUES)]
 
-        assert client.min_offset(address, acl.queue) == 0
-        assert client.max_offset(address, acl.queue) == MESSAGES
-        result = client.pull(address, PullSpec(acl.queue, group), 0, PULL_BATCH)
+        assert client.call(address, calls.min_offset(acl.queue)) == 0
+        assert client.call(address, calls.max_offset(acl.queue)) == MESSAGES
+        result = client.pull_async(address, PullSpec(acl.queue, group), 0, PULL_BATCH).result()
         assert result.status is PullStatus.FOUND
         messages = decode_messages(result.body)
         assert [(m.msg_id, m.queue_offset, m.keys, m.body) for m in messages] == [
             (row["msgId"], row["queueOffset"], row["keys"], base64.b64decode(row["body"])) for row in acl.sent
         ]
 
-        assert client.query_consumer_offset(address, acl.queue, group) is None
-        client.update_consumer_offset(address, acl.queue, group, COMMITTED)
-        assert client.query_consumer_offset(address, acl.queue, group) == COMMITTED
+        assert client.call(address, calls.query_consumer_offset(acl.queue, group)).offset is None
+        client.call(address, calls.update_consumer_offset(acl.queue, group, COMMITTED))
+        assert client.call(address, calls.query_consumer_offset(acl.queue, group)).offset == COMMITTED
 
         first, last = messages[0].store_timestamp, messages[-1].store_timestamp
-        assert client.search_offset(address, acl.queue, first - ONE_HOUR_MS, Boundary.LOWER) == 0
-        assert client.search_offset(address, acl.queue, last + ONE_HOUR_MS, Boundary.LOWER) == MESSAGES
-        assert client.earliest_store_time(address, acl.queue) == first
+        assert client.call(address, calls.search_offset(acl.queue, first - ONE_HOUR_MS, Boundary.LOWER)).offset == 0
+        assert (
+            client.call(address, calls.search_offset(acl.queue, last + ONE_HOUR_MS, Boundary.LOWER)).offset == MESSAGES
+        )
+        assert client.call(address, calls.earliest_store_time(acl.queue)) == first
 
     official = {
         row["queueId"]: row["consumerOffset"]
@@ -151,12 +153,12 @@ def test_signed_requests_route_pull_and_store_offsets(acl: AclCluster, unique: C
 
 
 BROKER_CALLS: dict[str, Callable[[RocketMQClient, str, MessageQueue], object]] = {
-    "pull": lambda c, a, q: c.pull(a, PullSpec(q, "it-acl-refused"), 0, PULL_BATCH),
-    "max_offset": lambda c, a, q: c.max_offset(a, q),
-    "min_offset": lambda c, a, q: c.min_offset(a, q),
-    "query_consumer_offset": lambda c, a, q: c.query_consumer_offset(a, q, "it-acl-refused"),
-    "update_consumer_offset": lambda c, a, q: c.update_consumer_offset(a, q, "it-acl-refused", 1),
-    "search_offset": lambda c, a, q: c.search_offset(a, q, 0),
+    "pull": lambda c, a, q: c.pull_async(a, PullSpec(q, "it-acl-refused"), 0, PULL_BATCH).result(),
+    "max_offset": lambda c, a, q: c.call(a, calls.max_offset(q)),
+    "min_offset": lambda c, a, q: c.call(a, calls.min_offset(q)),
+    "query_consumer_offset": lambda c, a, q: c.call(a, calls.query_consumer_offset(q, "it-acl-refused")).offset,
+    "update_consumer_offset": lambda c, a, q: c.call(a, calls.update_consumer_offset(q, "it-acl-refused", 1)),
+    "search_offset": lambda c, a, q: c.call(a, calls.search_offset(q, 0)).offset,
 }
 
 
@@ -201,7 +203,7 @@ def spark_user(acl: AclCluster) -> Credentials:
         )
     assert response.code == codes.ResponseCode.SUCCESS, response.remark
     with acl.client(user) as client:
-        assert client.max_offset(acl.broker_addr, acl.queue) == MESSAGES
+        assert client.call(acl.broker_addr, calls.max_offset(acl.queue)) == MESSAGES
     return user
 
 

@@ -35,7 +35,7 @@ from integration.support import ClusterHandle, create_topic, create_topic_on_bro
 from rocketmq_spark.model import EXPRESSION_SQL92, ClientConfig, MessageQueue, parse_tag_expression
 from rocketmq_spark.records.columns import walk_columns
 from rocketmq_spark.records.walk import Message, decode_messages
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.client import Boundary, PullResult, PullSpec, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
@@ -167,7 +167,9 @@ def pull_to_end(
     results: list[PullResult] = []
     offset = start
     for _ in range(MAX_PULLS):
-        result = client.pull(address, PullSpec(queue, group, subscription, expression_type), offset, max_messages)
+        result = client.pull_async(
+            address, PullSpec(queue, group, subscription, expression_type), offset, max_messages
+        ).result()
         results.append(result)
         if result.status is PullStatus.FOUND:
             messages += decode_messages(result.body)
@@ -307,8 +309,8 @@ def test_min_and_max_offset_count_what_was_produced(
         address = route.master_address(queue.broker_name)
         assert address is not None
         expected = official[(queue.broker_name, queue.queue_id)]
-        assert client.min_offset(address, queue) == expected["minOffset"] == 0
-        assert client.max_offset(address, queue) == expected["maxOffset"]
+        assert client.call(address, calls.min_offset(queue)) == expected["minOffset"] == 0
+        assert client.call(address, calls.max_offset(queue)) == expected["maxOffset"]
     assert official[(BROKER_A, 0)]["maxOffset"] == count
 
 
@@ -344,7 +346,7 @@ def test_pull_in_small_batches_returns_every_field_the_official_client_sees(
     messages: list[Message] = []
     offset = 0
     while offset < count:
-        result = client.pull(address, PullSpec(queue, unique("it-g")), offset, SMALL_PULL)
+        result = client.pull_async(address, PullSpec(queue, unique("it-g")), offset, SMALL_PULL).result()
         assert result.status is PullStatus.FOUND
         batch = decode_messages(result.body)
         assert [m.queue_offset for m in batch] == list(range(offset, min(offset + SMALL_PULL, count)))
@@ -377,7 +379,7 @@ def test_walk_columns_agree_with_the_producer(
     target = fresh_queue()
     sent = produce_to(rocketmq, target, 6, "--tags", "TagA", "--keys", "k{i}")
 
-    result = client.pull(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH)
+    result = client.pull_async(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH).result()
     columns = walk_columns(result.body)
 
     assert columns.queue_offset.to_pylist() == [row["queueOffset"] for row in sent]
@@ -403,22 +405,22 @@ def test_pull_statuses_at_and_beyond_the_end(
     produce_to(rocketmq, target, count)
     group = unique("it-g")
 
-    caught_up = client.pull(target.address, PullSpec(target.queue, group), count, PULL_BATCH)
+    caught_up = client.pull_async(target.address, PullSpec(target.queue, group), count, PULL_BATCH).result()
     assert caught_up.status is PullStatus.NO_NEW_MSG
     assert caught_up.next_begin_offset == count
     assert (caught_up.min_offset, caught_up.max_offset) == (0, count)
     assert caught_up.body == b""
 
-    beyond = client.pull(target.address, PullSpec(target.queue, group), count + 5, PULL_BATCH)
+    beyond = client.pull_async(target.address, PullSpec(target.queue, group), count + 5, PULL_BATCH).result()
     assert beyond.status is PullStatus.OFFSET_ILLEGAL
     assert beyond.next_begin_offset == count
     assert beyond.body == b""
 
     # A queue that never held a message: offset 0 is "nothing new", any other offset is illegal
     # and corrected to 0.
-    at_zero = client.pull(empty.address, PullSpec(empty.queue, group), 0, PULL_BATCH)
+    at_zero = client.pull_async(empty.address, PullSpec(empty.queue, group), 0, PULL_BATCH).result()
     assert (at_zero.status, at_zero.next_begin_offset) == (PullStatus.NO_NEW_MSG, 0)
-    moved = client.pull(empty.address, PullSpec(empty.queue, group), 3, PULL_BATCH)
+    moved = client.pull_async(empty.address, PullSpec(empty.queue, group), 3, PULL_BATCH).result()
     assert (moved.status, moved.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
 
 
@@ -430,7 +432,7 @@ def test_long_poll_returns_a_message_produced_while_it_waits(
 ) -> None:
     target = fresh_queue()
     produce_to(rocketmq, target, 2)
-    max_offset = client.max_offset(target.address, target.queue)
+    max_offset = client.call(target.address, calls.max_offset(target.queue))
     sent: list[Row] = []
     producer = threading.Thread(
         target=lambda: sent.extend(produce_to(rocketmq, target, 1, "--body", "arrived while polling"))
@@ -442,7 +444,7 @@ def test_long_poll_returns_a_message_produced_while_it_waits(
         # then. A broker that did not hold the poll would burn the attempts at once and fail.
         for _ in range(LONG_POLL_ATTEMPTS):
             spec = PullSpec(target.queue, unique("it-g"), suspend_timeout_ms=LONG_POLL_MS)
-            result = client.pull(target.address, spec, max_offset, PULL_BATCH)
+            result = client.pull_async(target.address, spec, max_offset, PULL_BATCH).result()
             if result.status is not PullStatus.NO_NEW_MSG:
                 break
     finally:
@@ -504,7 +506,7 @@ def test_bodies_compressed_by_the_producer_decode_to_the_original(
         rocketmq, target, count, "--body-size", str(COMPRESSIBLE_BODY_BYTES), "--compress", compression, "--tags", "Big"
     )
 
-    result = client.pull(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH)
+    result = client.pull_async(target.address, PullSpec(target.queue, unique("it-g")), 0, PULL_BATCH).result()
     messages = decode_messages(result.body)
 
     # The broker stored them compressed, with the producer's compression type in the flag...
@@ -540,7 +542,7 @@ def test_a_batch_send_is_one_record_per_message_with_consecutive_offsets(
     consumed = consume(rocketmq, topic, count + 1)
     address, queue = route_queue(client, topic, BROKER_A, 0)
 
-    result = client.pull(address, PullSpec(queue, unique("it-g")), 1, PULL_BATCH)
+    result = client.pull_async(address, PullSpec(queue, unique("it-g")), 1, PULL_BATCH).result()
     messages = decode_messages(result.body)
 
     assert len(list(raw_records(result.body))) == count
@@ -570,7 +572,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
     consumed = consume(rocketmq, topic, 2 * batch)
     address, queue = route_queue(client, topic, BROKER_A, 0)
 
-    result = client.pull(address, PullSpec(queue, unique("it-g")), 0, PULL_BATCH)
+    result = client.pull_async(address, PullSpec(queue, unique("it-g")), 0, PULL_BATCH).result()
     records = list(raw_records(result.body))
     messages = decode_messages(result.body)
 
@@ -578,7 +580,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
     for record in records:
         sys_flag = int.from_bytes(record[_SYS_FLAG_AT : _SYS_FLAG_AT + 4], "big")
         assert sys_flag & codes.MSG_FLAG_INNER_BATCH and sys_flag & codes.MSG_FLAG_NEED_UNWRAP
-    assert result.next_begin_offset == client.max_offset(address, queue) == 2 * batch
+    assert result.next_begin_offset == client.call(address, calls.max_offset(queue)) == 2 * batch
     assert [m.queue_offset for m in messages] == [row["queueOffset"] for row in sent] == list(range(2 * batch))
     for message, row in zip(messages, sent):
         official = consumed[position(row)]
@@ -589,7 +591,7 @@ def test_an_inner_batch_record_of_a_batch_cq_topic_unwraps_into_its_messages(
         official_properties = {k: v for k, v in official["properties"].items() if k not in CONSUMER_ADDED_PROPERTIES}
         assert message.properties == official_properties == row["properties"]
 
-    inside = client.pull(address, PullSpec(queue, unique("it-g")), batch + 2, PULL_BATCH)
+    inside = client.pull_async(address, PullSpec(queue, unique("it-g")), batch + 2, PULL_BATCH).result()
     assert inside.status is PullStatus.FOUND
     assert [m.queue_offset for m in decode_messages(inside.body)] == list(range(batch, 2 * batch))
     assert inside.next_begin_offset == 2 * batch
@@ -609,7 +611,7 @@ def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
     sent = produce_to(rocketmq, target, count, "--tags", "Aa,BB,TagC")
     group = unique("it-g")
 
-    result = client.pull(target.address, PullSpec(target.queue, group, "Aa"), 0, PULL_BATCH)
+    result = client.pull_async(target.address, PullSpec(target.queue, group, "Aa"), 0, PULL_BATCH).result()
     returned = decode_messages(result.body)
 
     # The broker compares hash codes only, and Java's "Aa".hashCode() == "BB".hashCode() == 2112.
@@ -626,7 +628,7 @@ def test_tag_filter_passes_hash_collisions_that_the_exact_tag_check_removes(
     # Following next_begin_offset with small pulls walks past the BB and TagC messages to the end.
     messages, results = pull_to_end(client, target.address, target.queue, group, max_messages=2, subscription="Aa")
     assert results[-1].status is PullStatus.NO_NEW_MSG
-    assert results[-1].next_begin_offset == client.max_offset(target.address, target.queue) == count
+    assert results[-1].next_begin_offset == client.call(target.address, calls.max_offset(target.queue)) == count
     assert [m.queue_offset for m in messages] == [m.queue_offset for m in returned]
 
 
@@ -688,11 +690,11 @@ def test_consumer_offset_of_a_new_group_is_none_then_what_was_stored(
 
     # The queue's first message is still in memory: a broker asked without setZeroIfNotFound=false
     # would say 0 here.
-    assert client.query_consumer_offset(target.address, target.queue, group) is None
-    client.pull(target.address, PullSpec(target.queue, group), 0, 1)  # creates the group
-    client.update_consumer_offset(target.address, target.queue, group, committed)
+    assert client.call(target.address, calls.query_consumer_offset(target.queue, group)).offset is None
+    client.pull_async(target.address, PullSpec(target.queue, group), 0, 1).result()  # creates the group
+    client.call(target.address, calls.update_consumer_offset(target.queue, group, committed))
 
-    assert client.query_consumer_offset(target.address, target.queue, group) == committed
+    assert client.call(target.address, calls.query_consumer_offset(target.queue, group)).offset == committed
     official = {
         (o["broker"], o["queueId"]): o["consumerOffset"]
         for o in rocketmq.tool("offsets", "--topic", target.topic, "--group", group)
@@ -712,7 +714,7 @@ def test_committing_for_a_group_the_broker_never_saw_is_refused(
     produce_to(rocketmq, target, 1)
 
     with pytest.raises(BrokerResponseError) as caught:
-        client.update_consumer_offset(target.address, target.queue, unique("it-group"), 1)
+        client.call(target.address, calls.update_consumer_offset(target.queue, unique("it-group"), 1))
     assert caught.value.code == codes.ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
 
 
@@ -733,18 +735,27 @@ def test_search_offset_by_store_time(
     second_times = [stored[position(row)]["storeTimestamp"] for row in second]
     assert max(first_times) < min(second_times)
     address, queue = route_queue(client, topic, BROKER_A, 0)
-    max_offset = client.max_offset(address, queue)
+    max_offset = client.call(address, calls.max_offset(queue))
     assert max_offset == 2 * wave
 
-    assert client.search_offset(address, queue, second_times[0], Boundary.LOWER) == second[0]["queueOffset"]
-    assert client.search_offset(address, queue, first_times[-1], Boundary.UPPER) == first[-1]["queueOffset"]
-    assert client.search_offset(address, queue, second_times[-1] + ONE_HOUR_MS, Boundary.LOWER) == max_offset
-    assert client.search_offset(address, queue, first_times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
+    assert (
+        client.call(address, calls.search_offset(queue, second_times[0], Boundary.LOWER)).offset
+        == second[0]["queueOffset"]
+    )
+    assert (
+        client.call(address, calls.search_offset(queue, first_times[-1], Boundary.UPPER)).offset
+        == first[-1]["queueOffset"]
+    )
+    assert (
+        client.call(address, calls.search_offset(queue, second_times[-1] + ONE_HOUR_MS, Boundary.LOWER)).offset
+        == max_offset
+    )
+    assert client.call(address, calls.search_offset(queue, first_times[0] - ONE_HOUR_MS, Boundary.LOWER)).offset == 0
     # Between the waves: LOWER finds wave 2's first, UPPER wave 1's last.
     between = (first_times[-1] + second_times[0]) // 2
-    assert client.search_offset(address, queue, between, Boundary.LOWER) == wave
-    assert client.search_offset(address, queue, between, Boundary.UPPER) == wave - 1
-    assert client.earliest_store_time(address, queue) == first_times[0]
+    assert client.call(address, calls.search_offset(queue, between, Boundary.LOWER)).offset == wave
+    assert client.call(address, calls.search_offset(queue, between, Boundary.UPPER)).offset == wave - 1
+    assert client.call(address, calls.earliest_store_time(queue)) == first_times[0]
 
 
 # ------------------------------------------------------------------------ create topic
@@ -813,8 +824,8 @@ def test_pull_offsets_and_search_through_the_proxy(
     address, queue = route_queue(proxy_client, topic, broker, queue_id)
     assert address == rocketmq.proxy_addr
 
-    assert proxy_client.min_offset(address, queue) == 0
-    assert proxy_client.max_offset(address, queue) == count
+    assert proxy_client.call(address, calls.min_offset(queue)) == 0
+    assert proxy_client.call(address, calls.max_offset(queue)) == count
 
     messages, results = pull_to_end(proxy_client, address, queue, group, max_messages=2, subscription="TagB")
     assert [(m.queue_offset, m.msg_id) for m in messages] == [
@@ -824,9 +835,9 @@ def test_pull_offsets_and_search_through_the_proxy(
         assert_is_sent_message(message, sent[message.queue_offset])
     assert results[-1].next_begin_offset == count
 
-    assert proxy_client.query_consumer_offset(address, queue, group) is None
-    proxy_client.update_consumer_offset(address, queue, group, committed)
-    assert proxy_client.query_consumer_offset(address, queue, group) == committed
+    assert proxy_client.call(address, calls.query_consumer_offset(queue, group)).offset is None
+    proxy_client.call(address, calls.update_consumer_offset(queue, group, committed))
+    assert proxy_client.call(address, calls.query_consumer_offset(queue, group)).offset == committed
     official = {
         (o["broker"], o["queueId"]): o["consumerOffset"]
         for o in rocketmq.tool("offsets", "--topic", topic, "--group", group)
@@ -836,11 +847,13 @@ def test_pull_offsets_and_search_through_the_proxy(
 
     times = [
         m.store_timestamp
-        for m in decode_messages(proxy_client.pull(address, PullSpec(queue, group), 0, PULL_BATCH).body)
+        for m in decode_messages(proxy_client.pull_async(address, PullSpec(queue, group), 0, PULL_BATCH).result().body)
     ]
-    assert proxy_client.search_offset(address, queue, times[0] - ONE_HOUR_MS, Boundary.LOWER) == 0
-    assert proxy_client.search_offset(address, queue, times[-1] + ONE_HOUR_MS, Boundary.LOWER) == count
-    assert proxy_client.search_offset(address, queue, times[-1], Boundary.UPPER) == count - 1
+    assert proxy_client.call(address, calls.search_offset(queue, times[0] - ONE_HOUR_MS, Boundary.LOWER)).offset == 0
+    assert (
+        proxy_client.call(address, calls.search_offset(queue, times[-1] + ONE_HOUR_MS, Boundary.LOWER)).offset == count
+    )
+    assert proxy_client.call(address, calls.search_offset(queue, times[-1], Boundary.UPPER)).offset == count - 1
 
 
 def test_the_proxy_does_not_serve_earliest_store_time(
@@ -854,7 +867,7 @@ def test_the_proxy_does_not_serve_earliest_store_time(
     address, queue = route_queue(proxy_client, target.topic, target.broker, target.queue_id)
 
     with pytest.raises(BrokerResponseError) as caught:
-        proxy_client.earliest_store_time(address, queue)
+        proxy_client.call(address, calls.earliest_store_time(queue))
     assert caught.value.code == codes.ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert caught.value.retriable is False
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from rocketmq_spark.model import MS_PER_SECOND, ClientConfig, MessageQueue
+from rocketmq_spark.model import MS_PER_SECOND, ClientConfig
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.calls import (
     Boundary,
@@ -295,14 +295,11 @@ class RocketMQClient:
 
     # ------------------------------------------------------------------- broker
 
-    def pull(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PullResult:
-        """Pull up to ``max_messages`` from ``offset``; long-polls when the spec says so."""
-        return self.pull_async(address, spec, offset, max_messages).result()
-
     def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> PendingPull:
-        """Send a pull like :meth:`pull` and return at once; many can be in flight on one
-        connection, each answered by ``result()``, which the sending thread must call: pulls go
-        over connections of the calling thread that it reads itself."""
+        """Pull up to ``max_messages`` from ``offset`` (long-polling when the spec says so) and return
+        at once. Many can be in flight on one connection, each answered by ``result()``, which the
+        sending thread must call: pulls go over connections of the calling thread that it reads
+        itself."""
         timeout = self.config.request_timeout + spec.suspend_timeout_ms / MS_PER_SECOND
         if self.config.credentials is None:  # a signature covers every field: signed pulls are built whole
             request = self._pull_templates.request(spec, offset, max_messages)
@@ -311,29 +308,3 @@ class RocketMQClient:
         fields = calls.pull_fields(spec, offset, max_messages)
         reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
         return PendingPull(reply, address)
-
-    # One call each, for callers that ask about one queue (see ``calls`` for what each means).
-
-    def query_consumer_offset(self, address: str, queue: MessageQueue, group: str) -> int | None:
-        return self.call(address, calls.query_consumer_offset(queue, group)).offset
-
-    def update_consumer_offset(self, address: str, queue: MessageQueue, group: str, offset: int) -> None:
-        self.call(address, calls.update_consumer_offset(queue, group, offset))
-
-    def min_offset(self, address: str, queue: MessageQueue) -> int:
-        return self.call(address, calls.min_offset(queue))
-
-    def max_offset(self, address: str, queue: MessageQueue) -> int:
-        return self.call(address, calls.max_offset(queue))
-
-    def search_offset(
-        self, address: str, queue: MessageQueue, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
-    ) -> int:
-        """The broker's answer as it is: on 4.x only near the time (``calls.SearchedOffset``)."""
-        return self.call(address, calls.search_offset(queue, timestamp_ms, boundary)).offset
-
-    def earliest_store_time(self, address: str, queue: MessageQueue) -> int:
-        return self.call(address, calls.earliest_store_time(queue))
-
-    def topic_stats(self, address: str, topic: str, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
-        return self.call(address, calls.topic_stats(topic, broker_name))

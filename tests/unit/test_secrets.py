@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from rocketmq_spark.model import ClientConfig, Credentials, MessageQueue
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.client import HIDDEN_ACCESS_KEY, RocketMQClient
 from rocketmq_spark.remoting.errors import AuthenticationError
 from rocketmq_spark.source.option_model import ReadKind
@@ -60,6 +60,6 @@ def test_a_refused_access_key_is_not_repeated(refusing: Callable[[str], Listener
     broker = refusing("User:ak-7f3e is not found.").address
     config = ClientConfig(("127.0.0.1:1",), request_timeout=TIMEOUT_S, credentials=Credentials("ak-7f3e", "sk"))
     with RocketMQClient(config) as client, pytest.raises(AuthenticationError) as caught:
-        client.max_offset(broker, MessageQueue("orders", "broker-a", 0))
+        client.call(broker, calls.max_offset(MessageQueue("orders", "broker-a", 0)))
     assert f"User:{HIDDEN_ACCESS_KEY} is not found." in str(caught.value)
     assert "ak-7f3e" not in str(caught.value)
