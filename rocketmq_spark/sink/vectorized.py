@@ -58,6 +58,11 @@ def slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [batch.slice(start, MAX_ROWS_AT_ONCE) for start in range(0, max(batch.num_rows, 1), MAX_ROWS_AT_ONCE)]
 
 
+class _RowByRow(Exception):
+    """Raised inside this module where a batch cannot be sent whole: the row-by-row way sends it,
+    and names the row at fault (``RowError``) if one is. Never leaves the module."""
+
+
 def _column(batch: pa.RecordBatch, given: str | None, kind: pa.DataType) -> pa.Array | None:
     """A column by its name in the batch (case-insensitive), as ``kind`` (strings as bytes)."""
     if given is None:
@@ -68,27 +73,30 @@ def _column(batch: pa.RecordBatch, given: str | None, kind: pa.DataType) -> pa.A
 
 
 def _topics(batch: pa.RecordBatch, names: Mapping[str, str], options: SinkOptions) -> tuple[list[str], np.ndarray]:
-    """The batch's distinct topics and each row's index among them (RowError for a bad one)."""
+    """The batch's distinct topics and each row's index among them (``_RowByRow`` for a bad one)."""
     if options.topic is not None:
         return [options.topic], np.zeros(batch.num_rows, dtype=np.int64)
     column = _column(batch, names[col.TOPIC], pa.string())
     assert column is not None  # the columns were checked: a topic column or the option
     encoded = pc.dictionary_encode(column)
     if encoded.null_count:
-        raise RowError("a row has no topic")
-    checked = [checked_topic(value, options.namespace) for value in encoded.dictionary.to_pylist()]
+        raise _RowByRow("a row has no topic")
+    try:
+        checked = [checked_topic(value, options.namespace) for value in encoded.dictionary.to_pylist()]
+    except RowError as err:
+        raise _RowByRow(str(err)) from err
     topics = sorted(set(checked))
     index = np.array([topics.index(topic) for topic in checked], dtype=np.int64)
     return topics, index[encoded.indices.to_numpy()]
 
 
 def _records(task: TaskProducer, batch: pa.RecordBatch, names: Mapping[str, str], options: SinkOptions) -> Records:
-    """Every row's batch record, in the batch's order (RowError where the row-by-row way must look)."""
+    """Every row's batch record, in the batch's order (``_RowByRow`` where the row-by-row way must look)."""
     bodies = _column(batch, names[col.BODY], pa.binary())
     assert bodies is not None  # a body column is required
     lengths = value_lengths(bodies)
     if bodies.null_count or not lengths.min() or lengths.max() > MAX_SEND_BODY_BYTES:
-        raise RowError("a row has a null, empty or too large body")
+        raise _RowByRow("a row has a null, empty or too large body")
     id_head, first = task.reserve_ids(batch.num_rows)
     records = encode_records(
         bodies,
@@ -99,7 +107,7 @@ def _records(task: TaskProducer, batch: pa.RecordBatch, names: Mapping[str, str]
         namespace=options.namespace,
     )
     if records.properties_lengths.max() > MAX_PROPERTIES_BYTES or records.sizes.max() > options.batch_max_bytes:
-        raise RowError("a row's properties or record are too large for a batch")
+        raise _RowByRow("a row's properties or record are too large for a batch")
     return records
 
 
@@ -110,7 +118,7 @@ def send_arrow_batch(task: TaskProducer, batch: pa.RecordBatch, names: Mapping[s
     try:
         topics, topic_of_row = _topics(batch, names, options)
         records = _records(task, batch, names, options)
-    except (RowError, pa.ArrowException):  # a type Arrow cannot cast, an array too large
+    except (_RowByRow, pa.ArrowException):  # or a type Arrow cannot cast, an array too large
         return False
     every_queue: list[MessageQueue] = []
     queue_of_row = np.empty(batch.num_rows, dtype=np.int64)
