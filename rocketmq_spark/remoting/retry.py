@@ -152,9 +152,7 @@ class Retry:
                     subject = _subject(err, what)
                     if _outages.failed(subject, self.clock()):
                         log.warning("%s failed (%s); retrying %s", what, err, self.limits())
-                log.debug(
-                    "%s failed (%s); attempt %d, next in %.1f s", what, err, attempts.failed, attempts.pause_s
-                )
+                log.debug("%s failed (%s); attempt %d, next in %.1f s", what, err, attempts.failed, attempts.pause_s)
                 attempts.pause()
             else:
                 if subject is not None:
