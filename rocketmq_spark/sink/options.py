@@ -2,7 +2,8 @@
 
 The connection options are those the source takes (``config.cluster``); the sink adds where to
 send (``topic``), as whom (``producerGroup``), and how (timeouts, retries, compression, batching),
-with the defaults of RocketMQ's Java ``DefaultMQProducer`` where it has one.
+with the defaults of RocketMQ's Java ``DefaultMQProducer`` where it has one. ``retries`` becomes
+the task's ``Retry`` (``sink_retry``): the Java producer's count of attempts and answers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from rocketmq_spark.config.cluster import (
 )
 from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import ClientConfig
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.retry import NO_BUDGET, Retry
 
 OWNER = "the rocketmq sink"
 TOPIC = "topic"
@@ -39,6 +42,24 @@ DEFAULT_SEND_TIMEOUT_MS = 3000
 DEFAULT_RETRIES = 2
 DEFAULT_COMPRESS_BODY_OVER_BYTES = 4096
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
+# The pause before an ordered or explicit-queue send is tried again on its own queue (a send that
+# may go elsewhere goes to another broker at once).
+PINNED_RETRY_PAUSE_S = 1.0
+# Answers after which the Java producer sends again (DefaultMQProducer.retryResponseCodes), besides
+# the errors that say a retry can fix them: the sink retries what the Java producer retries.
+RETRY_RESPONSE_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+        ResponseCode.GO_AWAY,
+        ResponseCode.FLOW_CONTROL,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,19 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         retries=number(RETRIES, DEFAULT_RETRIES, zero_ok=True),
         compress_body_over_bytes=number(COMPRESS_BODY_OVER_BYTES, DEFAULT_COMPRESS_BODY_OVER_BYTES, zero_ok=False),
         batch_max_bytes=number(BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_BYTES, zero_ok=True),
+    )
+
+
+def sink_retry(options: SinkOptions) -> Retry:
+    """How a task retries its sends: ``retries`` more attempts after the first, as the Java
+    producer counts them (no time bound: each send has its own timeout), after its answers, with
+    a steady pause before a send tried again on its own queue."""
+    return Retry(
+        budget_s=NO_BUDGET,
+        first_backoff_s=PINNED_RETRY_PAUSE_S,
+        max_backoff_s=PINNED_RETRY_PAUSE_S,
+        attempts=options.retries + 1,
+        answers=RETRY_RESPONSE_CODES,
     )
 
 

@@ -8,10 +8,12 @@ producer's.
 - Each queue has at most one send on the wire, so its rows are stored in the order the task saw
   them; different queues' sends travel together on a broker's connection (answered by opaque),
   up to ``MAX_IN_FLIGHT`` at once.
-- A send that failed in a way a retry can fix is sent again, ``retries`` times at most: an
-  unordered one to a queue of another broker (which is then passed over for a while), an ordered
-  or explicit-queue one to its own queue after a pause. Answers that say the message is stored
-  but not yet flushed or replicated are accepted with a warning: resending would store it twice.
+- A send that failed in a way a retry can fix is sent again while the task's ``Retry`` allows
+  (``options.sink_retry``: ``retries`` more attempts, after the Java producer's answers): an
+  unordered one to a queue of another broker at once (which is then passed over for a while), an
+  ordered or explicit-queue one to its own queue after the policy's pause. Answers that say the
+  message is stored but not yet flushed or replicated are accepted with a warning: resending
+  would store it twice.
 - ``close()`` returns once every row is stored, or raises an error naming the topic, the queue,
   the broker and its answer.
 """
@@ -19,7 +21,6 @@ producer's.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -33,8 +34,8 @@ from rocketmq_spark.records.outgoing_batch import record_parts
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH, BodyPart, RemotingCommand
-from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, RocketMQError
+from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
+from rocketmq_spark.remoting.retry import Attempts, Retry
 from rocketmq_spark.remoting.sending import SendResult, SendStatus, send_batch, send_message
 from rocketmq_spark.sink.messages import Row, RowError, batch_properties, encoded_properties
 from rocketmq_spark.sink.options import SinkOptions
@@ -51,22 +52,6 @@ MAX_IN_FLIGHT = 64
 # Room left in the frame for the header (properties take up to 32 KiB of it).
 FRAME_HEADER_ROOM_BYTES = 64 * 1024
 MAX_SEND_BODY_BYTES = DEFAULT_MAX_FRAME_LENGTH - FRAME_HEADER_ROOM_BYTES
-# The pause before an ordered or explicit-queue send is tried again on its own queue.
-PINNED_RETRY_PAUSE_S = 1.0
-# Answers after which the Java producer sends again (DefaultMQProducer.retryResponseCodes).
-RETRY_RESPONSE_CODES = frozenset(
-    {
-        ResponseCode.TOPIC_NOT_EXIST,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.SYSTEM_ERROR,
-        ResponseCode.SYSTEM_BUSY,
-        ResponseCode.NO_PERMISSION,
-        ResponseCode.NO_BUYER_ID,
-        ResponseCode.NOT_IN_CURRENT_UNIT,
-        ResponseCode.GO_AWAY,
-        ResponseCode.FLOW_CONTROL,
-    }
-)
 
 
 class SendFailedError(RocketMQError):
@@ -80,11 +65,6 @@ class SendFailedError(RocketMQError):
             f"sending to topic {queue.topic}, queue {queue.broker_name}/{queue.queue_id}, failed after "
             f"{attempts} attempt(s); {where} answered: {cause}"
         )
-
-
-def worth_retrying(error: RocketMQError) -> bool:
-    """Whether the Java producer would send again after this error."""
-    return error.retriable or (isinstance(error, BrokerResponseError) and error.code in RETRY_RESPONSE_CODES)
 
 
 class _Refused:
@@ -131,9 +111,9 @@ class _Send:
     queue: MessageQueue
     address: str | None
     parts: list[_Part]
+    attempts: Attempts
     call: Call[SendResult] | None = None
     answer: Answer | None = None
-    attempts: int = 0
 
     @property
     def count(self) -> int:
@@ -148,9 +128,12 @@ class _Send:
 class TaskProducer:
     """Sends one task's rows; ``add`` each row in order, then ``close``."""
 
-    def __init__(self, options: SinkOptions, producer: Producer, picker: QueuePicker | None = None) -> None:
+    def __init__(
+        self, options: SinkOptions, producer: Producer, retry: Retry, picker: QueuePicker | None = None
+    ) -> None:
         self._options = options
         self._producer = producer
+        self._retry = retry  # how often, after which answers and pauses a failed send goes again
         self._picker = picker or QueuePicker(producer.routes)
         self._timeout_s = options.send_timeout_ms / MS_PER_SECOND
         self._open: dict[MessageQueue, _Open] = {}
@@ -171,7 +154,7 @@ class TaskProducer:
         limit = self._options.batch_max_bytes
         if row.single or limit == 0 or size > limit:
             self._dispatch(queue)  # what the queue gathered goes first, in order
-            self._submit(_Send(queue, address, [message]))
+            self._submit(queue, address, [message])
             return
         gathered = self._open.get(queue)
         if gathered is not None and gathered.size + size > limit:
@@ -212,8 +195,8 @@ class TaskProducer:
     def place(self, topic: str, count: int) -> tuple[list[MessageQueue], np.ndarray]:
         """The queues of ``count`` unordered messages of ``topic`` in a row (``QueuePicker.spread``),
         the producer registered with each one's master; a broker that cannot be registered with
-        is passed over and the messages placed again, within ``retries``, as ``add`` does."""
-        attempts = 0
+        is passed over and the messages placed again, as the task's ``Retry`` allows, as ``add`` does."""
+        attempts = self._retry.start()
         while True:
             queues, chosen = self._picker.spread(topic, count)
             for queue in (queues[index] for index in np.unique(chosen).tolist()):
@@ -222,9 +205,8 @@ class TaskProducer:
                     if address is not None:
                         self._producer.five_x(address)
                 except RocketMQError as err:
-                    attempts += 1
-                    if attempts > self._options.retries or not worth_retrying(err):
-                        raise SendFailedError(queue, address, attempts, err) from err
+                    if not attempts.again(err):
+                        raise SendFailedError(queue, address, attempts.failed, err) from err
                     self._failed(queue, address)
                     break
             else:
@@ -245,7 +227,7 @@ class TaskProducer:
         """The queue of a send that starts with ``first`` and its master's address, with the
         properties of the send's messages (``rest`` too) encoded for that broker; a broker that
         cannot be registered with is passed over like a failed send."""
-        attempts = 0
+        attempts = self._retry.start()
         pinned = isinstance(first, _Message) and first.row.pinned
         while True:
             if isinstance(first, _Message):
@@ -256,12 +238,11 @@ class TaskProducer:
             try:
                 five_x = True if address is None else self._producer.five_x(address)
             except RocketMQError as err:
-                attempts += 1
-                if attempts > self._options.retries or not worth_retrying(err):
-                    raise SendFailedError(queue, address, attempts, err) from err
+                if not attempts.again(err):
+                    raise SendFailedError(queue, address, attempts.failed, err) from err
                 self._failed(queue, address)
                 if pinned:  # its queue or none: wait for the broker, or a new master
-                    time.sleep(PINNED_RETRY_PAUSE_S)
+                    attempts.pause()
                     self._picker.route(queue.topic, fresh=True)
                 else:
                     avoid = queue.broker_name
@@ -280,12 +261,13 @@ class TaskProducer:
         gathered = self._open.pop(queue, None)
         if gathered is not None and gathered.parts:
             address = self._picker.master(queue)
-            self._submit(_Send(queue, address, gathered.parts))
+            self._submit(queue, address, gathered.parts)
 
     # ----------------------------------------------------------------- sending
 
-    def _submit(self, send: _Send) -> None:
-        """Put the send on the wire once its queue's previous one is stored and the window has room."""
+    def _submit(self, queue: MessageQueue, address: str | None, parts: list[_Part]) -> None:
+        """Put a send on the wire once its queue's previous one is stored and the window has room."""
+        send = _Send(queue, address, parts, self._retry.start())
         if send.queue in self._flying:
             self._settle(send.queue)
         while len(self._flying) >= MAX_IN_FLIGHT:
@@ -295,7 +277,6 @@ class TaskProducer:
         self._order.append(send.queue)
 
     def _write(self, send: _Send) -> None:
-        send.attempts += 1
         send.call = self._call(send)
         if send.address is None:
             send.answer = _Refused(NoReplicaError(send.queue.broker_name, []))
@@ -332,8 +313,8 @@ class TaskProducer:
                 assert send.answer is not None
                 result = send.call.read(send.answer.result(), send.address or "")
             except RocketMQError as err:
-                if isinstance(err, RowError) or not worth_retrying(err) or send.attempts > self._options.retries:
-                    raise SendFailedError(send.queue, send.address, send.attempts, err) from err
+                if not send.attempts.again(err):  # a RowError never is retried
+                    raise SendFailedError(send.queue, send.address, send.attempts.failed, err) from err
                 log.warning("send to %s at %s failed (%s); sending again", send.queue, send.address, err)
                 self._again(send)
                 continue
@@ -344,7 +325,7 @@ class TaskProducer:
         """Send a failed send again: unordered rows to another broker, pinned ones to their queue."""
         self._failed(send.queue, send.address)
         if send.pinned:
-            time.sleep(PINNED_RETRY_PAUSE_S)
+            send.attempts.pause()
             self._picker.route(send.queue.topic, fresh=True)
             send.address = self._picker.master(send.queue)
         else:  # encoded for the new broker's line, with the same ids

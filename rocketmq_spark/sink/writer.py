@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.sink.columns import check_columns
 from rocketmq_spark.sink.messages import rows_from_columns, rows_of
-from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
+from rocketmq_spark.sink.options import SinkOptions, parse_sink_options, sink_retry
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.shared import shared_producer
 from rocketmq_spark.sink.spark_api import StreamWriterBase, spark_rows_to_columns
@@ -56,7 +56,7 @@ def checked(raw: Mapping[str, str], schema: StructType, overwrite: bool) -> tupl
 
 def write_task(options: SinkOptions, names: Mapping[str, str], iterator: Iterator[Any]) -> WrittenRows:
     """Send every row of a task (Arrow batches, or Spark rows on a PySpark 4.0 stream)."""
-    task = TaskProducer(options, shared_producer(options.client, options.producer_group))
+    task = TaskProducer(options, shared_producer(options.client, options.producer_group), sink_retry(options))
     first = next(iterator, None)
     if first is None:
         return WrittenRows(0, 0)

@@ -1,13 +1,16 @@
-"""Retries: only what the error says a retry can fix, within the time budget."""
+"""Retries: only what the error, or the use's own answers, say a retry can fix, within the time
+budget and/or the count of attempts, pausing through the injected sleep."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
-from rocketmq_spark.remoting.errors import ConnectionFailedError, ProtocolError
-from rocketmq_spark.remoting.retry import DEFAULT_MAX_BACKOFF_S, Retry
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, ProtocolError, RocketMQError
+from rocketmq_spark.remoting.retry import DEFAULT_MAX_BACKOFF_S, NO_BUDGET, Retry
 
 NO_WAIT = Retry(sleep=lambda _: None)
 
@@ -163,3 +166,116 @@ def test_errors_without_a_server_are_logged_by_operation(caplog: pytest.LogCaptu
 
     assert time.policy(10.0).call(flaky, "cluster info") == "ok"
     assert [r.getMessage() for r in caplog.records][-1] == "cluster info answers again, after 0.2 s"
+
+
+def always(error: RocketMQError, calls: list[float], time: FakeTime) -> Callable[[], None]:
+    """A call that fails with ``error`` every time, noting when it was made."""
+
+    def fail() -> None:
+        calls.append(time.now)
+        raise error
+
+    return fail
+
+
+LOST = ConnectionFailedError("connection to b:1 lost", "b:1")
+
+
+def test_a_count_of_attempts_bounds_the_retries_without_a_budget() -> None:
+    time, calls = FakeTime(), []
+    policy = Retry(budget_s=NO_BUDGET, attempts=3, clock=lambda: time.now, sleep=time.sleep)
+    with pytest.raises(ConnectionFailedError):
+        policy.call(always(LOST, calls, time), "send")
+    assert calls == pytest.approx([0.0, 0.2, 0.6])  # three attempts, after pauses of 0.2 and 0.4 s
+
+
+def test_a_budget_bounds_the_retries_without_a_count() -> None:
+    time, calls = FakeTime(), []
+    with pytest.raises(ConnectionFailedError):
+        time.policy(1.0).call(always(LOST, calls, time), "pull")
+    assert calls == pytest.approx([0.0, 0.2, 0.6])  # a third pause (0.8 s) would end past the budget
+
+
+@pytest.mark.parametrize(("budget_s", "attempts", "made"), [(1.0, 5, 3), (60.0, 2, 2), (NO_BUDGET, 1, 1)])
+def test_with_both_whichever_is_spent_first_ends_the_retries(budget_s: float, attempts: int, made: int) -> None:
+    time, calls = FakeTime(), []
+    policy = Retry(budget_s=budget_s, attempts=attempts, clock=lambda: time.now, sleep=time.sleep)
+    with pytest.raises(ConnectionFailedError):
+        policy.call(always(LOST, calls, time), "send")
+    assert len(calls) == made
+
+
+def test_each_use_retries_its_own_answers_besides_what_errors_say_of_themselves() -> None:
+    refused = BrokerResponseError(ResponseCode.SYSTEM_ERROR, "store is busy", address="b:1")
+    busy = BrokerResponseError(ResponseCode.SYSTEM_BUSY, None, address="b:1")
+    reading, writing = Retry(), Retry(answers=frozenset({ResponseCode.SYSTEM_ERROR}))
+    assert not refused.retriable and busy.retriable
+    assert [reading.retriable(e) for e in (refused, busy, LOST)] == [False, True, True]
+    assert [writing.retriable(e) for e in (refused, busy, LOST)] == [True, True, True]
+    assert not writing.retriable(ProtocolError("bad frame"))
+    time, calls = FakeTime(), []
+    with pytest.raises(BrokerResponseError):
+        Retry(attempts=3, answers=writing.answers, clock=lambda: time.now, sleep=time.sleep).call(
+            always(refused, calls, time), "send"
+        )
+    assert len(calls) == 3
+    with pytest.raises(BrokerResponseError):
+        Retry(attempts=3, clock=lambda: time.now, sleep=time.sleep).call(always(refused, calls, time), "send")
+    assert len(calls) == 4  # one attempt more: the reading policy does not retry it
+
+
+def test_the_pauses_asked_of_the_sleep_grow_to_the_longest_and_stay() -> None:
+    pauses: list[float] = []
+    policy = Retry(budget_s=NO_BUDGET, attempts=5, first_backoff_s=0.2, max_backoff_s=0.5, sleep=pauses.append)
+    with pytest.raises(ConnectionFailedError):
+        policy.call(always(LOST, [], FakeTime()), "send")
+    assert pauses == [0.2, 0.4, 0.5, 0.5]
+
+
+def test_a_loop_that_makes_its_attempts_itself_asks_the_policy() -> None:
+    """A loop with many calls in flight takes one Attempts per operation: it tells each failure,
+    and pauses only where it tries the same place again."""
+    pauses: list[float] = []
+    policy = Retry(budget_s=NO_BUDGET, attempts=3, first_backoff_s=1.0, max_backoff_s=1.0, sleep=pauses.append)
+    attempts = policy.start()
+    assert attempts.again(LOST) and attempts.failed == 1
+    attempts.pause()
+    assert attempts.again(LOST) and not attempts.again(LOST)  # the third failure was the last attempt
+    assert (attempts.failed, pauses) == (3, [1.0])
+    other = policy.start()  # another operation's count starts afresh
+    assert not other.again(ProtocolError("bad frame")) and other.failed == 1
+
+
+def test_an_attempts_budget_runs_from_its_start() -> None:
+    time = FakeTime()
+    attempts = time.policy(1.0).start()
+    time.now = 0.7
+    assert attempts.again(LOST)  # a pause of 0.2 s ends at 0.9 s, within the budget
+    time.now = 0.9
+    assert not attempts.again(LOST)
+
+
+def test_the_outage_warning_names_the_count_when_attempts_bound_it(caplog: pytest.LogCaptureFixture) -> None:
+    time, calls = FakeTime(), []
+    caplog.set_level(logging.WARNING, logger="rocketmq_spark.remoting.retry")
+    error = ConnectionFailedError("connection to c:1 lost", "c:1")
+    policy = Retry(budget_s=NO_BUDGET, attempts=2, clock=lambda: time.now, sleep=time.sleep)
+    with pytest.raises(ConnectionFailedError):
+        policy.call(always(error, calls, time), "send to c")
+    assert [r.getMessage() for r in caplog.records] == [
+        "send to c failed (connection to c:1 lost); retrying up to 2 attempts in all"
+    ]
+    assert Retry(budget_s=3, attempts=2).limits() == "for up to 3 s and up to 2 attempts in all"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"attempts": 0}, "at least one attempt, not 0"),
+        ({"budget_s": -1.0}, "must be 0 or more"),
+        ({"first_backoff_s": 2.0, "max_backoff_s": 1.0}, "longest pause at least its first"),
+    ],
+)
+def test_a_policy_that_cannot_work_is_refused_naming_the_problem(fields: dict[str, float], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Retry(**fields)  # type: ignore[arg-type]

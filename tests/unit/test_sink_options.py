@@ -17,12 +17,17 @@ from pyspark.sql.types import (
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.datasource import RocketMQDataSource
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.errors import BrokerResponseError
+from rocketmq_spark.remoting.retry import NO_BUDGET
 from rocketmq_spark.sink.columns import BODY, SHARDING_KEY, ColumnError, check_columns
 from rocketmq_spark.sink.options import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_PRODUCER_GROUP,
+    PINNED_RETRY_PAUSE_S,
     looks_like_a_write,
     parse_sink_options,
+    sink_retry,
 )
 from rocketmq_spark.source.schema import SCHEMA
 
@@ -39,6 +44,16 @@ def test_defaults_are_the_contract_s() -> None:
     assert options.producer_group == DEFAULT_PRODUCER_GROUP == "rocketmq-spark-writer"
     assert (options.send_timeout_ms, options.retries, options.compress_body_over_bytes) == (3000, 2, 4096)
     assert options.batch_max_bytes == DEFAULT_BATCH_MAX_BYTES == 1048576
+
+
+def test_retries_become_a_count_of_attempts_after_the_java_producer_s_answers() -> None:
+    retry = sink_retry(parse_sink_options({**SERVER, "retries": "3"}))
+    assert (retry.attempts, retry.budget_s) == (4, NO_BUDGET)  # the first send and 3 more
+    assert retry.first_backoff_s == retry.max_backoff_s == PINNED_RETRY_PAUSE_S  # a steady pause
+    assert sink_retry(parse_sink_options(SERVER)).attempts == 3
+    retried = [ResponseCode.SYSTEM_ERROR, ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE]
+    assert all(retry.retriable(BrokerResponseError(code, None)) for code in retried)
+    assert not retry.retriable(BrokerResponseError(ResponseCode.MESSAGE_ILLEGAL, None))
 
 
 def test_options_are_case_insensitive_and_take_the_namespace() -> None:

@@ -4,6 +4,7 @@ heartbeats, and the error after the retries."""
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from typing import Any
 
@@ -14,21 +15,28 @@ from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import Replicas
+from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink import producer as producer_module
 from rocketmq_spark.sink.messages import Row, RowError
-from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.options import PINNED_RETRY_PAUSE_S, SinkOptions, parse_sink_options, sink_retry
 from rocketmq_spark.sink.producer import SendFailedError, TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
 from rocketmq_spark.sink.shared import HEARTBEAT_INTERVAL_S, Producer
 from tests.fake_sends import VERSION_4, FakeClient, inner_bodies, route
 
 
-def task(client: FakeClient, **options: str) -> TaskProducer:
+def no_wait(options: SinkOptions, pauses: list[float] | None = None) -> Retry:
+    """The task's retry policy, its pauses noted in ``pauses`` instead of waited."""
+    noted: list[float] = [] if pauses is None else pauses
+    return dataclasses.replace(sink_retry(options), sleep=noted.append)
+
+
+def task(client: FakeClient, pauses: list[float] | None = None, **options: str) -> TaskProducer:
     parsed = parse_sink_options({"nameServer": "h:1", **options})
     shared = Producer(client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route()))
     picker = QueuePicker(shared.routes)
     picker._next = 0  # start at a/0, so that tests know the round-robin order
-    return TaskProducer(parsed, shared, picker)
+    return TaskProducer(parsed, shared, no_wait(parsed, pauses), picker)
 
 
 def test_rows_of_one_queue_go_in_batches_up_to_batch_max_bytes() -> None:
@@ -89,8 +97,7 @@ def test_unordered_rows_that_fail_go_to_another_broker_with_the_same_ids() -> No
     assert sending.stored == 1
 
 
-def test_pinned_rows_are_retried_on_their_queue(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "PINNED_RETRY_PAUSE_S", 0.0)
+def test_pinned_rows_are_retried_on_their_queue() -> None:
     lost = ConnectionFailedError("connection to a:1 lost", "a:1")
     client = FakeClient({"a:1": [lost, ResponseCode.SYSTEM_BUSY]})
     sending = task(client)
@@ -99,8 +106,7 @@ def test_pinned_rows_are_retried_on_their_queue(monkeypatch: pytest.MonkeyPatch)
     assert [(s.address, s.queue) for s in client.sent] == [("a:1", ("a", 1))] * 3
 
 
-def test_the_error_after_the_retries_names_topic_queue_broker_and_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "PINNED_RETRY_PAUSE_S", 0.0)
+def test_the_error_after_the_retries_names_topic_queue_broker_and_answer() -> None:
     client = FakeClient({"a:1": [ResponseCode.SYSTEM_ERROR] * 5})
     sending = task(client, retries="1")
     sending.add(Row("t", b"x", broker_name="a", queue_id=1))
@@ -109,6 +115,29 @@ def test_the_error_after_the_retries_names_topic_queue_broker_and_answer(monkeyp
     assert str(failed.value).startswith("sending to topic t, queue a/1, failed after 2 attempt(s)")
     assert len(client.sent) == 2
     assert "broker a at a:1 answered: SYSTEM_ERROR (1)" in str(failed.value)
+
+
+def test_only_a_send_tried_again_on_its_own_queue_pauses_and_each_pause_is_the_same() -> None:
+    lost = ConnectionFailedError("connection to a:1 lost", "a:1")
+    pauses: list[float] = []
+    sending = task(FakeClient({"a:1": [lost, ResponseCode.SYSTEM_BUSY]}), pauses)
+    sending.add(Row("t", b"x", broker_name="a", queue_id=1))
+    sending.close()
+    assert pauses == [PINNED_RETRY_PAUSE_S, PINNED_RETRY_PAUSE_S]
+    elsewhere: list[float] = []
+    sending = task(FakeClient({"a:1": [ResponseCode.SYSTEM_BUSY]}), elsewhere, batchMaxBytes="0")
+    sending.add(Row("t", b"x"))
+    sending.close()
+    assert (elsewhere, sending.stored) == ([], 1)
+
+
+def test_zero_retries_send_once() -> None:
+    client = FakeClient({"a:1": [ResponseCode.SYSTEM_BUSY]})
+    sending = task(client, retries="0", batchMaxBytes="0")
+    sending.add(Row("t", b"x"))
+    with pytest.raises(SendFailedError, match="after 1 attempt.*SYSTEM_BUSY"):
+        sending.close()
+    assert len(client.sent) == 1
 
 
 def test_refusals_a_retry_cannot_fix_fail_at_once() -> None:
@@ -194,8 +223,7 @@ def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
     assert not Producer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).five_x("b:1")
 
 
-def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "PINNED_RETRY_PAUSE_S", 0.0)
+def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again() -> None:
     client = FakeClient()
     calls = client.call
     refusals = [ConnectionFailedError("cannot connect to a:1", "a:1")]

@@ -4,6 +4,7 @@ round robin; and a batch with anything unusual goes row by row, with the same er
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import struct
@@ -21,7 +22,7 @@ from rocketmq_spark.remoting.route import TopicRoute, parse_route
 from rocketmq_spark.sink import vectorized as vectorized_module
 from rocketmq_spark.sink import writer as writer_module
 from rocketmq_spark.sink.messages import Row, RowError, encoded_properties, rows_of
-from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.options import parse_sink_options, sink_retry
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
 from rocketmq_spark.sink.shared import Producer
@@ -137,12 +138,16 @@ def written(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     return client
 
 
+def no_wait(seconds: float) -> None:
+    """The task's retries pause without waiting."""
+
+
 def task(client: FakeClient, **options: str) -> TaskProducer:
     parsed = parse_sink_options({"nameServer": "h:1", **options})
     shared = producer(client)
     picker = QueuePicker(shared.routes)
     picker._next = 5
-    return TaskProducer(parsed, shared, picker)
+    return TaskProducer(parsed, shared, dataclasses.replace(sink_retry(parsed), sleep=no_wait), picker)
 
 
 def sends_by_queue(client: FakeClient) -> dict[tuple[str, int], list[tuple[int, bytes, object, object]]]:
