@@ -70,7 +70,7 @@ WORKDIR = ROOT / "integration" / "work" / "bench-sink"
 RESULTS = ROOT / "bench" / "results" / "sink.json"
 DEFAULT_MESSAGES = 1_000_000
 DEFAULT_REPEATS = 3
-# Asynchronous sends in flight per Java thread: the sink keeps up to 64 per task (MAX_IN_FLIGHT).
+# Asynchronous sends in flight per Java thread: the sink keeps up to 64 per task (sink/sender.py: MAX_IN_FLIGHT).
 DEFAULT_WINDOW = 64
 # Written, untimed, at the start and again just before each timed sink run: Spark stops Python
 # workers idle for a minute, and the Java runs take longer than that, so without it the timed

@@ -33,7 +33,7 @@ from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
 from rocketmq_spark.sink import writer as writer_module
 from rocketmq_spark.sink.options import parse_sink_options
-from rocketmq_spark.sink.shared import Producer
+from rocketmq_spark.sink.shared import WorkerProducer
 
 DEFAULT_MESSAGES = 200_000
 DEFAULT_BODY_SIZE = 1024
@@ -107,7 +107,7 @@ def spark_rows(batches: Iterable[pa.RecordBatch]) -> list[Any]:
 
 def run_once(items: list[Any], names: dict[str, str], batch_max_bytes: int) -> tuple[float, OkClient, int]:
     client = OkClient()
-    shared = Producer(client, "g", "ip@bench", UniqueIds(b"\x7f\x00\x00\x01"), Replicas(bench_route))
+    shared = WorkerProducer(client, "g", "ip@bench", UniqueIds(b"\x7f\x00\x00\x01"), Replicas(bench_route))
     writer_module.shared_producer = lambda config, group: shared  # type: ignore[assignment]
     options = parse_sink_options({"nameServer": "h:1", "topic": TOPIC, "batchMaxBytes": str(batch_max_bytes)})
     iterator: Iterator[Any] = iter(items)

@@ -56,7 +56,7 @@ def address_bytes(ip: str) -> bytes:
 
 
 @dataclass
-class Producer:
+class WorkerProducer:
     """One producer group's registration and ids over one client, shared by a worker's tasks."""
 
     client: SendingClient
@@ -68,9 +68,10 @@ class Producer:
     _beats: dict[str, tuple[float, int]] = field(default_factory=dict)  # address -> (when, server version)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def five_x(self, address: str) -> bool:
-        """Whether the broker (or proxy) at ``address`` runs RocketMQ 5.x; registers the producer
-        there first when its last heartbeat is older than the interval (raises what that met)."""
+    def register(self, address: str) -> bool:
+        """Register the producer with the broker (or proxy) at ``address`` when its last heartbeat
+        there is older than the interval (raises what that met), and say whether that broker runs
+        RocketMQ 5.x, as the heartbeat's answer told."""
         now = self.clock()
         # Every row asks, so the read takes no lock: a dict read is atomic, and a beat is only
         # ever replaced whole (under the lock, below).
@@ -83,11 +84,11 @@ class Producer:
         return beat[1] >= FIRST_5X_VERSION
 
 
-_producers: dict[tuple[ClientConfig, str], Producer] = {}
+_producers: dict[tuple[ClientConfig, str], WorkerProducer] = {}
 _producers_lock = threading.Lock()
 
 
-def shared_producer(config: ClientConfig, group: str) -> Producer:
+def shared_producer(config: ClientConfig, group: str) -> WorkerProducer:
     """This worker's producer for the config and group, made on first use over the process's view
     of that cluster."""
     with _producers_lock:
@@ -95,7 +96,7 @@ def shared_producer(config: ClientConfig, group: str) -> Producer:
         if producer is None:
             cluster = shared_cluster(config)
             ip = local_ip(config.name_servers[0])
-            producer = Producer(
+            producer = WorkerProducer(
                 client=cluster.client,
                 group=group,
                 client_id=f"{ip}{WRITER_CLIENT_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}",

@@ -17,11 +17,13 @@ from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink import producer as producer_module
+from rocketmq_spark.sink import sender as sender_module
 from rocketmq_spark.sink.messages import Row, RowError
 from rocketmq_spark.sink.options import PINNED_RETRY_PAUSE_S, SinkOptions, parse_sink_options, sink_retry
-from rocketmq_spark.sink.producer import SendFailedError, TaskProducer
+from rocketmq_spark.sink.placing import SendFailedError
+from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
-from rocketmq_spark.sink.shared import HEARTBEAT_INTERVAL_S, Producer
+from rocketmq_spark.sink.shared import HEARTBEAT_INTERVAL_S, WorkerProducer
 from tests.fake_sends import VERSION_4, FakeClient, inner_bodies, route
 
 
@@ -33,7 +35,9 @@ def no_wait(options: SinkOptions, pauses: list[float] | None = None) -> Retry:
 
 def task(client: FakeClient, pauses: list[float] | None = None, **options: str) -> TaskProducer:
     parsed = parse_sink_options({"nameServer": "h:1", **options})
-    shared = Producer(client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route()))
+    shared = WorkerProducer(
+        client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route())
+    )
     picker = QueuePicker(shared.routes)
     picker._next = 0  # start at a/0, so that tests know the round-robin order
     return TaskProducer(parsed, shared, no_wait(parsed, pauses), picker)
@@ -195,7 +199,7 @@ def test_a_body_larger_than_a_frame_is_refused_before_it_is_sent(monkeypatch: py
 
 
 def test_the_window_bounds_the_sends_on_the_wire(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "MAX_IN_FLIGHT", 2)
+    monkeypatch.setattr(sender_module, "MAX_IN_FLIGHT", 2)
     client = FakeClient()
     sending = task(client, batchMaxBytes="0")
     for _ in range(8):
@@ -207,7 +211,7 @@ def test_the_window_bounds_the_sends_on_the_wire(monkeypatch: pytest.MonkeyPatch
 def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
     now = [0.0]
     client = FakeClient()
-    shared = Producer(
+    shared = WorkerProducer(
         client,
         "g",
         "ip@x",
@@ -215,12 +219,12 @@ def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
         Replicas(lambda topic: route()),
         clock=lambda: now[0],
     )
-    assert shared.five_x("a:1") and shared.five_x("a:1")
+    assert shared.register("a:1") and shared.register("a:1")
     assert client.heartbeats == ["a:1"]
     now[0] += HEARTBEAT_INTERVAL_S
-    shared.five_x("a:1")
+    shared.register("a:1")
     assert client.heartbeats == ["a:1", "a:1"]
-    assert not Producer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).five_x("b:1")
+    assert not WorkerProducer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).register("b:1")
 
 
 def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again() -> None:

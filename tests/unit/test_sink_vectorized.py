@@ -25,7 +25,7 @@ from rocketmq_spark.sink.messages import Row, RowError, encoded_properties, rows
 from rocketmq_spark.sink.options import parse_sink_options, sink_retry
 from rocketmq_spark.sink.producer import TaskProducer
 from rocketmq_spark.sink.queues import QueuePicker
-from rocketmq_spark.sink.shared import Producer
+from rocketmq_spark.sink.shared import WorkerProducer
 from rocketmq_spark.sink.vectorized import send_arrow_batch, vectorized
 from tests.fake_sends import FakeClient, inner_bodies
 
@@ -124,9 +124,9 @@ def topic_route(topic: str) -> TopicRoute:
     return parse_route(topic, json.dumps({"queueDatas": datas, "brokerDatas": brokers}).encode())
 
 
-def producer(client: FakeClient) -> Producer:
+def producer(client: FakeClient) -> WorkerProducer:
     """The producer a task shares, over ``client`` and ``topic_route``."""
-    return Producer(client, "g", "ip@x", ids(), Replicas(topic_route))
+    return WorkerProducer(client, "g", "ip@x", ids(), Replicas(topic_route))
 
 
 @pytest.fixture

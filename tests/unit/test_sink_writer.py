@@ -15,7 +15,7 @@ from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.sink import writer as writer_module
 from rocketmq_spark.sink.columns import ColumnError
-from rocketmq_spark.sink.shared import Producer
+from rocketmq_spark.sink.shared import WorkerProducer
 from rocketmq_spark.sink.writer import RocketMQBatchWriter, RocketMQStreamWriter, WrittenRows
 from tests.fake_sends import FakeClient, inner_bodies, route
 
@@ -40,7 +40,7 @@ def test_writers_check_columns_and_travel_to_executors() -> None:
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     fake = FakeClient()
-    shared = Producer(fake, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route()))
+    shared = WorkerProducer(fake, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route()))
     monkeypatch.setattr(writer_module, "shared_producer", lambda config, group: shared)
     return fake
 
