@@ -1,13 +1,15 @@
 """Loopback servers that fail to answer in each way a real one can, for the unit and integration
 tests of fast, clear failures: a closed port, a host that never accepts, a server that never
 replies, one that answers a TLS handshake with plain text, and one that refuses every request;
-the last also over TLS, with a certificate of the test's choosing."""
+the last also over TLS, with a certificate of the test's choosing. And one that answers as a
+subclass says (``AnsweringServer``), counting what it is asked."""
 
 from __future__ import annotations
 
 import socket
 import ssl
 import threading
+from collections import Counter
 
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
@@ -85,14 +87,64 @@ class Listener:
                 )
 
     def close(self) -> None:
-        # Shut down first: a thread blocked reading one of them wakes now, before its descriptor
-        # can be reused by a later socket that it would then read from.
-        for sock in self.held:
+        close_all(self.held)
+        self.sock.close()
+
+
+def close_all(sockets: list[socket.socket]) -> None:
+    """Shut each socket down, then close it: a thread blocked reading one of them wakes now, before
+    its descriptor can be reused by a later socket that it would then read from."""
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+
+class AnsweringServer:
+    """A loopback server that answers each request as a subclass's ``answer`` says, and counts
+    the requests by code and the connections it accepted: a name server or a broker that works,
+    for the tests of what a client asks and how often."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.asked: Counter[int] = Counter()
+        self.connections = 0
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def answer(self, request: RemotingCommand) -> RemotingCommand:
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while True:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                conn, _ = self.sock.accept()
             except OSError:
-                pass
-            sock.close()
+                return
+            with self._lock:
+                self.connections += 1
+                self._held.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        frames = FrameReader()
+        try:
+            while data := conn.recv(65536):
+                for request in frames.feed(data):
+                    with self._lock:
+                        self.asked[request.code] += 1
+                    response = self.answer(request)
+                    response.opaque, response.flag = request.opaque, codes.FLAG_RESPONSE
+                    conn.sendall(encode_frame(response))
+        except OSError:
+            return
+
+    def close(self) -> None:
+        close_all(self._held)
         self.sock.close()
 
 

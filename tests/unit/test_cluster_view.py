@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
-import threading
-from collections import Counter
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -21,13 +18,14 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from rocketmq_spark.remoting import cluster as cluster_module
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.cluster import shared_cluster
-from rocketmq_spark.remoting.codec import FrameReader, RemotingCommand, encode_frame
+from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.sink import shared as sink_shared
 from rocketmq_spark.sink.columns import check_columns
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.writer import write_task
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import QUEUE, partition
+from tests.listeners import AnsweringServer
 from tests.records import record
 from tests.support import options as options_of
 
@@ -36,57 +34,7 @@ RequestCode = codes.RequestCode
 HELD = 3
 
 
-class FakeServer:
-    """A loopback server that answers each request by its code (``answer``) and counts the
-    requests by code and the connections it accepted."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        self.asked: Counter[int] = Counter()
-        self.connections = 0
-        self._held: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def answer(self, request: RemotingCommand) -> RemotingCommand:
-        raise NotImplementedError
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-                self._held.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        frames = FrameReader()
-        try:
-            while data := conn.recv(65536):
-                for request in frames.feed(data):
-                    with self._lock:
-                        self.asked[request.code] += 1
-                    response = self.answer(request)
-                    response.opaque, response.flag = request.opaque, codes.FLAG_RESPONSE
-                    conn.sendall(encode_frame(response))
-        except OSError:
-            return
-
-    def close(self) -> None:
-        for conn in self._held:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-        self.sock.close()
-
-
-class FakeBroker(FakeServer):
+class FakeBroker(AnsweringServer):
     """A 5.x master of ``QUEUE``'s broker name: registers producers, stores sends, serves pulls."""
 
     def answer(self, request: RemotingCommand) -> RemotingCommand:
@@ -105,7 +53,7 @@ class FakeBroker(FakeServer):
         return RemotingCommand(code=codes.ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not in this fake")
 
 
-class FakeNameServer(FakeServer):
+class FakeNameServer(AnsweringServer):
     """Routes every topic to one broker name served by ``broker`` alone, writable and readable."""
 
     def __init__(self, broker: str) -> None:
