@@ -3,9 +3,13 @@
 The tests, benchmarks and ``make demo`` all run against this cluster: a name server, one or two brokers
 (``broker-a``, ``broker-b``) in one cluster and, on request, the 5.x proxy. Each server runs in its
 own JVM with a small heap; stores, logs and configs live under one work directory, and ``stop``
-ends exactly the processes that ``start`` recorded, by pid (the servers themselves:
-integration/launcher.py). The release is 5.3.3 unless
+ends exactly the processes that ``start`` recorded, by pid. The release is 5.3.3 unless
 ``--version`` or ``ROCKETMQ_VERSION`` picks 4.9.7, 5.5.0 or 5.5.1 (see integration/versions.py).
+
+This module is the command line and ``cluster_for``; the servers are ``Cluster``
+(integration/launcher.py) and ``ReplicatedCluster`` (integration/replicated.py, built on it).
+It imports both and neither imports it back; it re-exports the names the tests, fixtures and
+benchmarks import from here.
 
 Usage::
 
