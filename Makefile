@@ -23,10 +23,17 @@ SINK_BENCH_ARGS ?=
 
 .PHONY: deps check format test package-test spark-lines docs-test unit integration compat faults demo bench dist cluster-start cluster-stop clean
 
+# The package is installed editable in setuptools' default mode. For this layout (setup.cfg names
+# the project root as the package directory) that mode writes a plain .pth file holding the root:
+# Spark's scan for pyspark_* modules (pkgutil.iter_modules, in its Python workers) finds
+# pyspark_rocketmq, so format("rocketmq") resolves without a register call; a new module is seen
+# without a reinstall; and integration/, tests/ and bench/ import from any folder, as Spark's
+# workers need. The default for a flat layout without that line is an import hook that pkgutil
+# cannot see, and strict mode links each file into build/, so new modules need a reinstall.
 $(INSTALLED): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]' $(DEV_PINS) --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,bench]' $(DEV_PINS)
 	touch $(INSTALLED)
 
 $(RMQ_CLASSPATH): $(INSTALLED) integration/pom.xml integration/tool/pom.xml $(shell find integration/tool -name '*.java')

@@ -35,6 +35,18 @@ LAYOUT_DLEDGER = "dledger"
 LAYOUT_CONTROLLER = "controller"
 LAYOUTS = (LAYOUT_MASTERS, LAYOUT_MASTER_SLAVE, LAYOUT_DLEDGER, LAYOUT_CONTROLLER)
 
+# Each server's JVM: its main class, the console line that says it is ready, and a heap small
+# enough for a name server, two brokers and a proxy beside Spark on a 2-core test machine.
+NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
+BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
+NAMESRV_READY = "The Name Server boot success"
+BROKER_READY = "boot success"
+PROXY_READY = "rocketmq-proxy startup successfully"
+NAMESRV_HEAP = ("-Xms128m", "-Xmx256m")
+BROKER_HEAP = ("-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=1g")
+PROXY_HEAP = ("-Xms256m", "-Xmx512m")
+
 PORT_OFFSET = int(os.environ.get("ROCKETMQ_PORT_OFFSET", "0"))
 DEFAULT_WORKDIR = Path(__file__).resolve().parent / ("work" if PORT_OFFSET == 0 else f"work-{PORT_OFFSET}")
 

@@ -1,7 +1,7 @@
 """Values the harness and several test modules share, each defined once.
 
-Only the standard library: ``sparkjobs.py`` imports this file by path too, in virtualenvs that
-hold the built wheel and no checkout.
+Only the standard library: ``sparkjobs.py`` and its jobs import this file by path too, in
+virtualenvs that hold the built wheel and no checkout.
 """
 
 from __future__ import annotations

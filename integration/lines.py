@@ -28,7 +28,7 @@ from typing import Any
 
 from integration.connect import SPARKJOBS, job_env
 from integration.constants import OUTPUT_TAIL_CHARS, POLL_S
-from integration.sparkjobs import ANSWER_SUFFIX, END_OP, REQUEST_SUFFIX, write_whole
+from integration.drivejobs import ANSWER_SUFFIX, END_OP, REQUEST_SUFFIX, write_whole
 
 # The newest release of each PySpark 4 line the suite's own virtualenv (4.3) does not cover.
 LINES = ("4.0.5", "4.1.4", "4.2.1")

@@ -14,7 +14,7 @@
 
 Which replicas serve a broker name, their ports and their config files: replicated_config.py.
 
-Besides starting and stopping (cluster.py), a test can SIGKILL a replica (``kill``), start it
+Besides starting and stopping (launcher.py), a test can SIGKILL a replica (``kill``), start it
 again on its store (``restart``), ask which replica the name server lists as master
 (``master``), wait for a master (``wait_master``), and wait until every running replica holds
 what the master holds (``wait_in_step``), which is when the master can be killed without a
@@ -29,25 +29,23 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from integration.cluster import (
+from integration.cluster_config import (
     BROKER_HEAP,
     BROKER_MAIN,
     BROKER_READY,
+    FAST_CHANNEL_PORT_OFFSET,
+    LAYOUT_CONTROLLER,
     NAMESRV_HEAP,
     NAMESRV_MAIN,
     NAMESRV_READY,
-    Cluster,
-)
-from integration.cluster_config import (
-    FAST_CHANNEL_PORT_OFFSET,
-    LAYOUT_CONTROLLER,
     PROXY_MODE_LOCAL,
     ClusterConfig,
     ClusterError,
     namesrv_name,
     write_properties,
 )
-from integration.constants import LOOPBACK
+from integration.constants import LOOPBACK, POLL_S
+from integration.launcher import Cluster
 from integration.processes import READY_TIMEOUT_S, Server, wait_ready
 from integration.replicated_config import (
     CONTROLLER_READY,
@@ -76,7 +74,6 @@ DEFAULT_TOPIC = "TBW102"
 SINGLE_TAG = "SINGLE_TAG"
 # The first release whose slaves take a topic created on them (4.9's refuse it).
 FIRST_TOPIC_SPREADING_MAJOR = 5
-POLL_S = 0.2
 
 
 def _json(body: bytes) -> Any:

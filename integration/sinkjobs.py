@@ -1,7 +1,7 @@
-"""The writes ``sparkjobs.py drive`` runs for the tests of each PySpark line: the rocketmq sink
-in batch, and as a stream's sink; and which of the adapter's branches the installed package took
-on the line. Only the standard library and PySpark, as sparkjobs.py: it is loaded by path from that
-file's folder in a virtualenv that holds the built wheel.
+"""The writes ``sparkjobs.py drive`` (drivejobs.py) runs for the tests of each PySpark line: the
+rocketmq sink in batch, and as a stream's sink; and which of the adapter's branches the installed
+package took on the line. Only the standard library and PySpark, as sparkjobs.py: it is loaded by
+path from that file's folder in a virtualenv that holds the built wheel.
 
 Each takes the session first and answers with a JSON-ready dict, as ``Driven``'s requests do.
 """
