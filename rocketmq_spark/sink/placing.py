@@ -50,7 +50,7 @@ class Placer:
         """Remembered once, in the cluster view: unordered rows pass the master over for a while,
         and the topic's route is asked again soon (a new master may be elected elsewhere)."""
         if address is not None:
-            self._producer.routes.failed(address, queue.topic)
+            self._producer.replicas.failed(address, queue.topic)
 
     def refresh(self, queue: MessageQueue) -> str | None:
         """The queue's master after asking the name server again: a pinned send waits for its own."""

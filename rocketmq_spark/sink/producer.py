@@ -37,7 +37,7 @@ class TaskProducer:
         self, options: SinkOptions, producer: WorkerProducer, retry: Retry, picker: QueuePicker | None = None
     ) -> None:
         self._producer = producer
-        self._placer = Placer(producer, picker or QueuePicker(producer.routes), retry, options.namespace)
+        self._placer = Placer(producer, picker or QueuePicker(producer.replicas), retry, options.namespace)
         self._sender = Sender(options, producer, self._placer, retry)
         self._batches = Accumulator(options.batch_max_bytes, self._gathered)
 

@@ -32,7 +32,7 @@ from rocketmq_spark.sink.messages import Row, RowError
 ROUTE_REUSE_S = 0.5
 
 
-class Routes(Protocol):
+class RouteSource(Protocol):
     """What the picker needs of ``remoting.replicas.Replicas``: the topic's current route, and
     whether an address failed lately."""
 
@@ -49,7 +49,7 @@ def hashed_queue(queues: list[MessageQueue], key: str) -> MessageQueue:
 class QueuePicker:
     """Chooses each row's queue; one per task (its round-robin position is the task's own)."""
 
-    def __init__(self, routes: Routes, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, routes: RouteSource, clock: Callable[[], float] = time.monotonic) -> None:
         self._routes = routes
         self._clock = clock
         self._next = random.randrange(1 << 16)  # tasks start at different queues, as Java's threads do

@@ -63,7 +63,7 @@ class WorkerProducer:
     group: str
     client_id: str
     ids: UniqueIds
-    routes: Replicas
+    replicas: Replicas  # the cluster view's routes and failed addresses (remoting.cluster)
     clock: Callable[[], float] = time.monotonic
     _beats: dict[str, tuple[float, int]] = field(default_factory=dict)  # address -> (when, server version)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -101,7 +101,7 @@ def shared_producer(config: ClientConfig, group: str) -> WorkerProducer:
                 group=group,
                 client_id=f"{ip}{WRITER_CLIENT_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}",
                 ids=UniqueIds(address_bytes(ip)),
-                routes=cluster.replicas,
+                replicas=cluster.replicas,
             )
             _producers[(config, group)] = producer
         return producer

@@ -38,7 +38,7 @@ def task(client: FakeClient, pauses: list[float] | None = None, **options: str) 
     shared = WorkerProducer(
         client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route())
     )
-    picker = QueuePicker(shared.routes)
+    picker = QueuePicker(shared.replicas)
     picker._next = 0  # start at a/0, so that tests know the round-robin order
     return TaskProducer(parsed, shared, no_wait(parsed, pauses), picker)
 
@@ -224,7 +224,7 @@ def test_heartbeats_go_once_per_broker_and_again_after_the_interval() -> None:
     now[0] += HEARTBEAT_INTERVAL_S
     shared.register("a:1")
     assert client.heartbeats == ["a:1", "a:1"]
-    assert not WorkerProducer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.routes).register("b:1")
+    assert not WorkerProducer(FakeClient(version=VERSION_4), "g", "ip@x", shared.ids, shared.replicas).register("b:1")
 
 
 def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again() -> None:

@@ -145,7 +145,7 @@ def no_wait(seconds: float) -> None:
 def task(client: FakeClient, **options: str) -> TaskProducer:
     parsed = parse_sink_options({"nameServer": "h:1", **options})
     shared = producer(client)
-    picker = QueuePicker(shared.routes)
+    picker = QueuePicker(shared.replicas)
     picker._next = 5
     return TaskProducer(parsed, shared, dataclasses.replace(sink_retry(parsed), sleep=no_wait), picker)
 
