@@ -116,6 +116,11 @@ class OffsetReader:
         self.commits.forget(again)
         return again
 
+    def masters_changed(self) -> frozenset[str]:
+        """Broker names with a new master (or a master reached over a new connection) since the
+        last call: a queue of theirs that is shorter than before lost messages in the failover."""
+        return self.routes.reconnected("data loss")
+
     def address(self, queue: MessageQueue) -> str:
         return self.routes.address(queue)
 
