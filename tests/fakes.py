@@ -100,7 +100,7 @@ class OffsetQuestions(Protocol):
 
 
 class Offsets(OffsetQuestions, Protocol):
-    """All the readers use of ``OffsetReader``: its questions and two attributes. The fake
+    """All the readers use of ``OffsetReader``: its questions and three attributes. The fake
     subclasses only the questions and is held to these attributes below: a property a subclass
     inherits would, at run time, refuse the fake's own attribute of the same name."""
 
@@ -109,6 +109,9 @@ class Offsets(OffsetQuestions, Protocol):
 
     @property
     def unreachable(self) -> Mapping[str, float]: ...
+
+    @property
+    def last_stored(self) -> Mapping[MessageQueue, tuple[int, int]]: ...
 
 
 # ---------------------------------------------------------------------------------- the fakes
@@ -248,6 +251,16 @@ class FakeOffsets(OffsetQuestions):
     def masters_changed(self) -> frozenset[str]:
         changed, self.elections = frozenset(self.elections), set()
         return changed
+
+    @property
+    def last_stored(self) -> dict[MessageQueue, tuple[int, int]]:
+        """Per queue with store times, its max offset and its last message's store time, as topic
+        stats give them."""
+        return {
+            q: (high, self.times[q][high - 1])
+            for q, (_, high) in self.routed().items()
+            if q in self.times and 0 < high <= len(self.times[q])
+        }
 
     def running(self) -> None:
         self.running_calls += 1

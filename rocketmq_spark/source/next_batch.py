@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
+from rocketmq_spark.source.planning import Failover, backlog, checked_starts, rate_limit
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,9 @@ class BrokerFacts:
     held: frozenset[MessageQueue] = frozenset()  # queues not readable now whose offsets wait for their return
     first: OffsetMap = field(default_factory=dict)  # where queues seen for the first time start
     target: OffsetMap | None = None  # the end of an AvailableNow run: no queue reads past it
-    # Per queue of a broker name with a new master since the last trigger that read it: the
-    # highest max offset seen before, to tell a failover's loss from a recreated topic.
-    before_failover: OffsetMap = field(default_factory=dict)
+    # Per queue of a broker name with a new master since the last trigger that read it: what the
+    # query saw before and what the new master kept, to tell a failover's loss from a recreated topic.
+    before_failover: Mapping[MessageQueue, Failover] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,16 @@ class QueueRange:
 
 
 @dataclass(frozen=True)
+class Failover:
+    """A queue of a broker name with a new master: the highest offset the query had read or seen
+    on the master before, and the offset up to which the new master holds those messages (its
+    max offset, or where messages stored after the failover begin if it has more)."""
+
+    seen: int
+    kept: int
+
+
+@dataclass(frozen=True)
 class DataLoss:
     """Offsets ``[lost_from, lost_to)`` of a queue that a batch needed but the broker no longer has.
 
@@ -79,10 +89,10 @@ class DataLoss:
         )
 
     @classmethod
-    def failover(cls, queue: MessageQueue, max_offset: int, read_to: int, seen: int) -> DataLoss:
-        """A new master's queue ends at ``max_offset`` below what the query had read (``read_to``)
-        or seen (``seen``) on the master before it."""
-        return cls(queue, max_offset, max(read_to, seen), "held by the master before", read_to)
+    def failover(cls, queue: MessageQueue, kept: int, read_to: int, seen: int) -> DataLoss:
+        """A new master holds the queue's messages up to ``kept`` only, below what the query had
+        read (``read_to``) or seen (``seen``) on the master before it."""
+        return cls(queue, kept, max(read_to, seen), "held by the master before", read_to)
 
     @classmethod
     def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:
@@ -171,17 +181,17 @@ def reconcile(
     start: Mapping[MessageQueue, int],
     earliest: Mapping[MessageQueue, int],
     latest: Mapping[MessageQueue, int],
-    before_failover: Mapping[MessageQueue, int] | None = None,
+    before_failover: Mapping[MessageQueue, Failover] | None = None,
 ) -> tuple[OffsetMap, list[DataLoss]]:
     """The one place that decides what counts as data loss when planning a batch.
 
-    A queue's start below its min offset lost the messages in between (expired or deleted). A
-    start above its max offset means the queue went backwards: where its broker name has a new
-    master since the query last saw it (``before_failover``: the highest max offset seen before,
-    per queue of such a broker), RocketMQ lost acknowledged messages in the failover and the
-    query goes on from the new end, so the messages the new master stores at those offsets are
-    read; else the topic was recreated or the broker's store lost, and everything from its min
-    offset on is new. Queues that vanished from the route lose whatever was unread. Returns the
+    A queue's start below its min offset lost the messages in between (expired or deleted). Where
+    its broker name has a new master since the query last saw it (``before_failover``) and the new
+    master holds the old messages up to less than the query read or saw, RocketMQ lost them in the
+    failover, whether the queue is shorter now or already holds new messages at those offsets: the
+    query goes on from where the new master's own messages begin, so those are read. Else a start
+    above its max offset means the queue went backwards (topic recreated, broker store lost), and
+    everything from its min offset on is new. Queues that vanished from the route lose whatever was unread. Returns the
     corrected starts and the losses found; whether a loss fails the query is the caller's policy
     (``failOnDataLoss``).
     """
@@ -193,13 +203,13 @@ def reconcile(
             losses.append(DataLoss.vanished(queue, offset))
             continue
         low, high = earliest[queue], latest[queue]
-        seen = failed_over.get(queue)
+        failover = failed_over.get(queue)
         if offset < low:
             losses.append(DataLoss.expired(queue, offset, low, low))
             fixed[queue] = low
-        elif seen is not None and high < max(offset, seen):
-            losses.append(DataLoss.failover(queue, high, offset, seen))
-            fixed[queue] = min(offset, high)
+        elif failover is not None and failover.kept < max(offset, failover.seen):
+            losses.append(DataLoss.failover(queue, failover.kept, offset, failover.seen))
+            fixed[queue] = min(offset, failover.kept)
         elif offset > high:
             losses.append(DataLoss.went_backwards(queue, high, offset, high))
             fixed[queue] = low
@@ -252,7 +262,7 @@ def checked_starts(
     earliest: Mapping[MessageQueue, int],
     latest: Mapping[MessageQueue, int],
     fail_on_data_loss: bool,
-    before_failover: Mapping[MessageQueue, int] | None = None,
+    before_failover: Mapping[MessageQueue, Failover] | None = None,
 ) -> OffsetMap:
     """The starts of a batch after :func:`reconcile`, with the data-loss policy applied."""
     fixed, losses = reconcile(start, earliest, latest, before_failover)
