@@ -191,9 +191,9 @@ def reconcile(
     failover, whether the queue is shorter now or already holds new messages at those offsets: the
     query goes on from where the new master's own messages begin, so those are read. Else a start
     above its max offset means the queue went backwards (topic recreated, broker store lost), and
-    everything from its min offset on is new. Queues that vanished from the route lose whatever was unread. Returns the
-    corrected starts and the losses found; whether a loss fails the query is the caller's policy
-    (``failOnDataLoss``).
+    everything from its min offset on is new. Queues that vanished from the route lose whatever
+    was unread. Returns the corrected starts and the losses found; whether a loss fails the query
+    is the caller's policy (``failOnDataLoss``).
     """
     fixed: OffsetMap = {}
     losses: list[DataLoss] = []
