@@ -92,13 +92,15 @@ class OffsetQuestions(Protocol):
 
     def reconnected(self) -> frozenset[str]: ...
 
+    def masters_changed(self) -> frozenset[str]: ...
+
     def running(self) -> None: ...
 
     def close(self) -> None: ...
 
 
 class Offsets(OffsetQuestions, Protocol):
-    """All the readers use of ``OffsetReader``: its questions and two attributes. The fake
+    """All the readers use of ``OffsetReader``: its questions and three attributes. The fake
     subclasses only the questions and is held to these attributes below: a property a subclass
     inherits would, at run time, refuse the fake's own attribute of the same name."""
 
@@ -107,6 +109,9 @@ class Offsets(OffsetQuestions, Protocol):
 
     @property
     def unreachable(self) -> Mapping[str, float]: ...
+
+    @property
+    def last_stored(self) -> Mapping[MessageQueue, tuple[int, int]]: ...
 
 
 # ---------------------------------------------------------------------------------- the fakes
@@ -185,6 +190,8 @@ class FakeOffsets(OffsetQuestions):
         self.unreachable: dict[str, float] = {}
         self.commits: list[OffsetMap] = []
         self.reconnects: set[str] = set()  # brokers reached over a new connection, until asked
+        self.elections: set[str] = set()  # broker names with a new master, until the data-loss check asks
+        self.answers: list[dict[MessageQueue, tuple[int, int]]] = []  # queue ranges the next asks find, in turn
         self.running_calls = 0  # times the reader was told the query runs (long retries from then)
         self.client = FakeMembers()  # the stream's consumer group, on the brokers
 
@@ -210,6 +217,8 @@ class FakeOffsets(OffsetQuestions):
         return {q: self.routed()[q][0] for q in queues}
 
     def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
+        if self.answers:  # a broker whose queues move between two asks
+            self.ranges.update(self.answers.pop(0))
         if hold_unreachable:
             self.unreachable = {b: self.unreachable.get(b, 0.0) for b in self.frozen}
         assert hold_unreachable or not self.frozen, "only a running stream holds what does not answer"
@@ -238,6 +247,20 @@ class FakeOffsets(OffsetQuestions):
     def reconnected(self) -> frozenset[str]:
         again, self.reconnects = frozenset(self.reconnects), set()
         return again
+
+    def masters_changed(self) -> frozenset[str]:
+        changed, self.elections = frozenset(self.elections), set()
+        return changed
+
+    @property
+    def last_stored(self) -> dict[MessageQueue, tuple[int, int]]:
+        """Per queue with store times, its max offset and its last message's store time, as topic
+        stats give them."""
+        return {
+            q: (high, self.times[q][high - 1])
+            for q, (_, high) in self.routed().items()
+            if q in self.times and 0 < high <= len(self.times[q])
+        }
 
     def running(self) -> None:
         self.running_calls += 1

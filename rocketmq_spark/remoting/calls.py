@@ -203,10 +203,12 @@ def update_consumer_offset(queue: MessageQueue, group: str, offset: int) -> Call
 
 @dataclass(frozen=True)
 class QueueOffsets:
-    """A queue's first and next offsets, ``[min_offset, max_offset)``."""
+    """A queue's first and next offsets, ``[min_offset, max_offset)``, and the store time of its
+    last message (``lastUpdateTimestamp``, epoch ms in the broker's clock; 0 if empty or unknown)."""
 
     min_offset: int
     max_offset: int
+    last_stored_ms: int = 0
 
 
 def topic_stats(topic: str, broker_name: str) -> Call[dict[MessageQueue, QueueOffsets]]:
@@ -251,7 +253,9 @@ def parse_topic_stats(body: bytes, broker_name: str) -> dict[MessageQueue, Queue
         stats = {}
         for key, value in table:
             queue = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
-            stats[queue] = QueueOffsets(max(0, int(value["minOffset"])), int(value["maxOffset"]))
+            stats[queue] = QueueOffsets(
+                max(0, int(value["minOffset"])), int(value["maxOffset"]), int(value.get("lastUpdateTimestamp") or 0)
+            )
     except (AttributeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as err:
         raise ProtocolError(f"topic stats of {broker_name} are malformed: {err!r}") from err
     return {queue: offsets for queue, offsets in stats.items() if queue.broker_name == broker_name}

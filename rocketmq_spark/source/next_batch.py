@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.planning import backlog, checked_starts, rate_limit
+from rocketmq_spark.source.planning import Failover, backlog, checked_starts, rate_limit
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class BrokerFacts:
     held: frozenset[MessageQueue] = frozenset()  # queues not readable now whose offsets wait for their return
     first: OffsetMap = field(default_factory=dict)  # where queues seen for the first time start
     target: OffsetMap | None = None  # the end of an AvailableNow run: no queue reads past it
+    # Per queue of a broker name with a new master since the last trigger that read it: what the
+    # query saw before and what the new master kept, to tell a failover's loss from a recreated topic.
+    before_failover: Mapping[MessageQueue, Failover] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ class NextBatch:
 
     starts: OffsetMap  # readable queues, after the data-loss policy
     ends: OffsetMap  # every queue of the batch; a held queue ends where it starts
-    first: OffsetMap  # queues seen for the first time, with their starts (Spark's offset log keeps them)
+    # Starts Spark's offset log keeps: queues seen for the first time, and queues a failover's loss
+    # moved to their new end (a rerun of the batch must not start them anywhere else).
+    first: OffsetMap
     available: int  # offsets readable now beyond the starts, before any read limit
 
 
@@ -60,8 +65,8 @@ def next_batch(
     wanted = {q: begins[q] if q in begins else facts.first[q] for q in latest}
     gone = {q: offset for q, offset in begins.items() if q not in latest and q not in held}
     earliest = {**latest, **facts.earliest}
-    fixed = checked_starts({**wanted, **gone}, earliest, latest, fail_on_data_loss)
+    fixed = checked_starts({**wanted, **gone}, earliest, latest, fail_on_data_loss, facts.before_failover)
     ends = rate_limit(fixed, latest, max_rows) if max_rows is not None else latest
-    return NextBatch(
-        fixed, {**held, **ends}, {q: fixed[q] for q in latest if q not in begins}, sum(backlog(fixed, latest).values())
-    )
+    moved = {q for q in facts.before_failover if q in begins and q in fixed and fixed[q] != begins[q]}
+    first = {q: fixed[q] for q in latest if q not in begins or q in moved}
+    return NextBatch(fixed, {**held, **ends}, first, sum(backlog(fixed, latest).values()))

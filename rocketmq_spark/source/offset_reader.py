@@ -71,6 +71,9 @@ class OffsetReader:
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
+        # Per queue, the max offset topic stats gave last and the store time of the message below
+        # it: a fact from before a failover that tells a new master's messages from the old ones'.
+        self.last_stored: dict[MessageQueue, tuple[int, int]] = {}
         self.commits = GroupCommits(self.client, options, self.routes.masters, self.routes.changed)
 
     def close(self) -> None:
@@ -115,6 +118,11 @@ class OffsetReader:
         again = self.routes.reconnected()
         self.commits.forget(again)
         return again
+
+    def masters_changed(self) -> frozenset[str]:
+        """Broker names with a new master (or a master reached over a new connection) since the
+        last call: a queue of theirs that is shorter than before lost messages in the failover."""
+        return self.routes.reconnected("data loss")
 
     def address(self, queue: MessageQueue) -> str:
         return self.routes.address(queue)
@@ -207,6 +215,10 @@ class OffsetReader:
         wanted = list(queues)
         stats, unanswered = self._topic_stats(wanted)
         self._known_min = {q: s.min_offset for q, s in stats.items()}
+        self.last_stored = {
+            **self.last_stored,
+            **{q: (s.max_offset, s.last_stored_ms) for q, s in stats.items() if s.last_stored_ms},
+        }
         latest = {q: s.max_offset for q, s in stats.items()}
         if unanswered:
             routed = self.queues(missing_ok=True, fresh=True)

@@ -32,15 +32,42 @@ class QueueRange:
 
 
 @dataclass(frozen=True)
+class Failover:
+    """A queue of a broker name with a new master: the highest offset the query had read or seen
+    on the master before, and the offset up to which the new master holds those messages (its
+    max offset, or where messages stored after the failover begin if it has more)."""
+
+    seen: int
+    kept: int
+
+
+@dataclass(frozen=True)
 class DataLoss:
-    """Offsets ``[lost_from, lost_to)`` of a queue that a batch needed but the broker no longer has."""
+    """Offsets ``[lost_from, lost_to)`` of a queue that a batch needed but the broker no longer has.
+
+    ``read_to`` is set for a loss in a failover only: the offsets below it the query had read
+    (they are in its sink although the topic lost them), those from it on it had not.
+    """
 
     queue: MessageQueue
     lost_from: int
     lost_to: int
     reason: str
+    read_to: int | None = None
+
+    @property
+    def count(self) -> int:
+        return max(0, self.lost_to - self.lost_from)
+
+    @property
+    def read(self) -> int:
+        """How many of the lost offsets the query had read (a failover's loss only)."""
+        return 0 if self.read_to is None else max(0, min(self.read_to, self.lost_to) - self.lost_from)
 
     def describe(self) -> str:
+        if self.read_to is not None:
+            unread = self.count - self.read
+            return f"{self.queue}: offsets [{self.lost_from}, {self.lost_to}) ({self.count}: {self.read} read, {unread} not)"
         if self.lost_to <= self.lost_from:  # a queue that is gone: its end is unknown
             return f"{self.queue}: offsets from {self.lost_from} on {self.reason}"
         return f"{self.queue}: offsets [{self.lost_from}, {self.lost_to}) {self.reason}"
@@ -60,6 +87,12 @@ class DataLoss:
             f"are beyond the queue's end (max {max_offset}) although they were "
             "within it before: the queue went backwards (topic recreated, or broker store lost?)",
         )
+
+    @classmethod
+    def failover(cls, queue: MessageQueue, kept: int, read_to: int, seen: int) -> DataLoss:
+        """A new master holds the queue's messages up to ``kept`` only, below what the query had
+        read (``read_to``) or seen (``seen``) on the master before it."""
+        return cls(queue, kept, max(read_to, seen), "held by the master before", read_to)
 
     @classmethod
     def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:
@@ -148,25 +181,35 @@ def reconcile(
     start: Mapping[MessageQueue, int],
     earliest: Mapping[MessageQueue, int],
     latest: Mapping[MessageQueue, int],
+    before_failover: Mapping[MessageQueue, Failover] | None = None,
 ) -> tuple[OffsetMap, list[DataLoss]]:
     """The one place that decides what counts as data loss when planning a batch.
 
-    A queue's start below its min offset lost the messages in between (expired or deleted); a
-    start above its max offset means the queue went backwards (topic recreated, broker store
-    wiped), and everything from its min offset on is new. Queues that vanished from the route
-    lose whatever was unread. Returns the corrected starts and the losses found; whether a loss
-    fails the query is the caller's policy (``failOnDataLoss``).
+    A queue's start below its min offset lost the messages in between (expired or deleted). Where
+    its broker name has a new master since the query last saw it (``before_failover``) and the new
+    master holds the old messages up to less than the query read or saw, RocketMQ lost them in the
+    failover, whether the queue is shorter now or already holds new messages at those offsets: the
+    query goes on from where the new master's own messages begin, so those are read. Else a start
+    above its max offset means the queue went backwards (topic recreated, broker store lost), and
+    everything from its min offset on is new. Queues that vanished from the route lose whatever
+    was unread. Returns the corrected starts and the losses found; whether a loss fails the query
+    is the caller's policy (``failOnDataLoss``).
     """
     fixed: OffsetMap = {}
     losses: list[DataLoss] = []
+    failed_over = before_failover or {}
     for queue, offset in start.items():
         if queue not in latest:
             losses.append(DataLoss.vanished(queue, offset))
             continue
         low, high = earliest[queue], latest[queue]
+        failover = failed_over.get(queue)
         if offset < low:
             losses.append(DataLoss.expired(queue, offset, low, low))
             fixed[queue] = low
+        elif failover is not None and failover.kept < max(offset, failover.seen):
+            losses.append(DataLoss.failover(queue, failover.kept, offset, failover.seen))
+            fixed[queue] = min(offset, failover.kept)
         elif offset > high:
             losses.append(DataLoss.went_backwards(queue, high, offset, high))
             fixed[queue] = low
@@ -179,13 +222,39 @@ def on_data_loss(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
     """The data-loss policy, in one place: fail naming every loss, or warn and go on."""
     if not losses:
         return
-    detail = "; ".join(loss.describe() for loss in losses)
+    failover = [loss for loss in losses if loss.read_to is not None]
+    other = "; ".join(loss.describe() for loss in losses if loss.read_to is None)
+    said = [_failover_detail(failover, fail_on_data_loss)] if failover else []
     if fail_on_data_loss:
+        if other:
+            said.append(f"data the query needs is gone: {other}")
         raise DataLossError(
-            f"data the query needs is gone: {detail}. If skipping it is acceptable, set "
-            "failOnDataLoss=false and the query goes on from what exists."
+            f"{'. '.join(said)}. If skipping it is acceptable, set failOnDataLoss=false and the query goes on "
+            "from what exists."
         )
-    log.warning("skipping data that is gone (failOnDataLoss=false): %s", detail)
+    log.warning("skipping data that is gone (failOnDataLoss=false): %s", ". ".join([*said, other] if other else said))
+
+
+def _failover_detail(losses: list[DataLoss], fail_on_data_loss: bool) -> str:
+    """What a failover lost, per broker name: the queues, offsets and counts, what the query had
+    read of them, and what ``failOnDataLoss=false`` does (or does now)."""
+    parts = []
+    for broker in sorted({loss.queue.broker_name for loss in losses}):
+        mine = [loss for loss in losses if loss.queue.broker_name == broker]
+        parts.append(
+            f"a new master of {broker} (elected, or restarted) holds fewer messages than the one before it "
+            "showed: " + "; ".join(loss.describe() for loss in mine)
+        )
+    total = sum(loss.count for loss in losses)
+    read = sum(loss.read for loss in losses)
+    going_on = "goes" if not fail_on_data_loss else "would go"
+    return (
+        f"{'. '.join(parts)}. In all {total} messages the master before held were lost by RocketMQ in the "
+        "failover (not copied to the new master when the old one stopped; the topic was not recreated): "
+        f"{read} of them this query had read (they are in its sink), {total - read} it had not. "
+        f"With failOnDataLoss=false the query {going_on} on from each queue's new end: the lost offsets "
+        "are skipped, and the messages the new master stores at those offsets are read"
+    )
 
 
 def checked_starts(
@@ -193,9 +262,10 @@ def checked_starts(
     earliest: Mapping[MessageQueue, int],
     latest: Mapping[MessageQueue, int],
     fail_on_data_loss: bool,
+    before_failover: Mapping[MessageQueue, Failover] | None = None,
 ) -> OffsetMap:
     """The starts of a batch after :func:`reconcile`, with the data-loss policy applied."""
-    fixed, losses = reconcile(start, earliest, latest)
+    fixed, losses = reconcile(start, earliest, latest, before_failover)
     on_data_loss(losses, fail_on_data_loss)
     return fixed
 

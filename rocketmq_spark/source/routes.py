@@ -45,7 +45,9 @@ class QueueRoutes:
         self._addresses: dict[MessageQueue, str] = {}  # where each queue's offsets are asked
         self._masters: dict[str, str] = {}  # broker name -> its master's address, where one is listed
         self._routes_at: float | None = None
-        self._seen: dict[str, tuple[str, int]] = {}  # broker name -> (master address, connections), last look
+        # Per watcher (storing offsets, the data-loss check), broker name -> (master address,
+        # connections) at its last look: each watcher sees every change once.
+        self._seen: dict[str, dict[str, tuple[str, int]]] = {}
         # Brokers that are registered but did not answer a running stream, since when (clock time):
         # their queues are held, as those of a broker that went away are (see ``hold_unreachable``).
         self.unreachable: dict[str, float] = {}
@@ -141,21 +143,22 @@ class QueueRoutes:
         back = self.queues(missing_ok=True, fresh=True)
         return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
 
-    def reconnected(self) -> frozenset[str]:
+    def reconnected(self, watcher: str = "commits") -> frozenset[str]:
         """Broker names whose master this driver reaches at a new address (an election, a slave
-        promoted, a master back after its slave served) or over a new connection since it last
-        asked; the first look does not count.
+        promoted, a master back after its slave served) or over a new connection since
+        ``watcher`` last asked; the first look does not count.
 
         A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
         its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval);
         a new master has only what its replication had copied. The caller stores them again.
         """
         again = set()
+        seen = self._seen.setdefault(watcher, {})
         for broker, address in self._masters.items():
             now = (address, self.client.connections_opened(address))
-            if self._seen.setdefault(broker, now) != now:
+            if seen.setdefault(broker, now) != now:
                 again.add(broker)
-                self._seen[broker] = now
+                seen[broker] = now
         return frozenset(again)
 
     def hold_unreachable(

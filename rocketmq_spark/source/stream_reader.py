@@ -25,6 +25,7 @@ from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.source.absences import Absences
 from rocketmq_spark.source.broker_requests import BrokerRequests
+from rocketmq_spark.source.failovers import Failovers
 from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.group_offsets import IDLE_RESET_CHECK_MS, GroupOffsets
 from rocketmq_spark.source.next_batch import BrokerFacts, next_batch
@@ -77,6 +78,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reader: OffsetReader | None = None
         self._group_offsets: GroupOffsets | None = None
         self._absences: Absences | None = None
+        self._failovers: Failovers | None = None
         self._watch: GroupWatch | None = None
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._latest: OffsetMap = {}  # the max offsets of the last trigger (an AvailableNow run's at most)
@@ -87,7 +89,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         # Spark ships the reader to executors for read(); connections and the driver's state stay.
         state = dict(self.__dict__)
-        state.update(_reader=None, _group_offsets=None, _absences=None, _watch=None)
+        state.update(_reader=None, _group_offsets=None, _absences=None, _failovers=None, _watch=None)
         return state
 
     @property
@@ -194,13 +196,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         slave_read = self.offsets.without_master()
         behind = frozenset(q for q, o in latest.items() if q.broker_name in slave_read and o < begins.get(q, o))
         latest = {q: o for q, o in latest.items() if q not in behind}
+        if self._failovers is None:
+            self._failovers = Failovers(self.offsets, self.options.retry)
+        # A new master's queue shorter than the stream's start is asked again before it counts as lost.
+        latest, before_failover = self._failovers.settle(begins, latest)
         earliest = self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]])
         if self._absences is None:
             self._absences = Absences(self.offsets)
         held = self._absences.held(begins, latest, behind)
         new = [q for q in self._latest if q not in begins]  # not those an AvailableNow run leaves out
         first = first_seen_offsets(self.options, new, self.offsets, self._since_ms) if new else {}
-        return BrokerFacts(latest, earliest, held, first, self._target)
+        return BrokerFacts(latest, earliest, held, first, self._target, before_failover)
 
     def _waiting_for_more(self, available: int) -> bool:
         """minMessagesPerTrigger: hold the batch until enough is there or maxTriggerDelay passed."""
@@ -216,9 +222,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_map, end_map = from_spark(start), from_spark(end)
-        # Queues an operator reset, and queues the batch is the first to read, start where the
-        # batch's end offsets say (they are in the offset log). Queues that went backwards (their
-        # start is past their end), and new queues of an offset log written before first starts
+        # Queues an operator reset, queues the batch is the first to read, and queues a failover's
+        # loss moved to their new end, start where the batch's end offsets say (they are in the
+        # offset log). Queues that went backwards otherwise (their start is past their end), and new queues of an offset log written before first starts
         # were recorded, begin at their min offset; latestOffset applied the data-loss policy.
         given = {**starts_from_spark(end), **resets_from_spark(end)}
         renew = [q for q in end_map if q not in given and (q not in start_map or start_map[q] > end_map[q])]

@@ -1,0 +1,164 @@
+"""A DLedger group losing two leaders in a row under steady sends: what a new master lacks.
+
+The official producer keeps sending; the leader is SIGKILLed, restarted once a new one leads,
+and then the new leader is SIGKILLed, so that the replica restarted earlier may win the election.
+RocketMQ can then answer sends SEND_OK that no replica holds afterwards (an operator's probe lost
+1,309 of 600,000 that way). RocketMQ's own client counts what the topic holds at the end.
+
+Where acknowledged messages are gone, the stream (failOnDataLoss=true) must stop naming the
+broker name, its queues, the offsets and the count; restarted on its checkpoint with
+failOnDataLoss=false it goes on and its sink holds every message the topic holds, once. Where
+none is gone, the stream reads everything exactly once. Which of the two happened is printed:
+the election decides, not the test. It runs with ``make faults``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.cluster_config import LAYOUT_DLEDGER, ClusterError
+from integration.failover import Clusters, Stream, handle_of
+from integration.faults import Producer
+from integration.javatool import json_lines
+from integration.replicated import ReplicatedCluster
+from integration.support import create_topic, max_offsets
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+BROKER = "broker-a"
+QUEUES = 4
+STEADY_RATE = "200"  # messages per second, while the leaders are killed
+STEADY_RUN = 1_000  # messages per producer run: a run a failover ends is followed by the next
+ROWS_BEFORE_FAILURE = 300
+SETTLE_S = 10.0  # between the steps: a new leader takes writes, a restarted replica rejoins
+ERROR_WAIT_S = 180.0  # the driver asks a short new master again for retryBudgetMs first
+POLL_S = 0.5
+# The Java tool's word when a topic holds fewer messages than it was asked to read.
+ARRIVED = re.compile(r"only (\d+) of \d+ messages arrived")
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    pool = Clusters(tmp_path_factory.mktemp("double-failover"))
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+class Steady:
+    """The official producer, run after run in a thread until stopped; a run a failover ends
+    counts what it was told it sent."""
+
+    def __init__(self, cluster: ReplicatedCluster, topic: str, workdir: Path) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(cluster.namesrv_addr, topic, workdir), daemon=True)
+        self._thread.start()
+
+    def _run(self, namesrv: str, topic: str, workdir: Path) -> None:
+        run = 0
+        while not self._stop.is_set():
+            producer = Producer(namesrv, workdir, topic, STEADY_RUN, f"steady{run}", "--rate", STEADY_RATE)
+            try:
+                producer.wait()
+            except AssertionError:
+                pass  # no leader for a while: the next run sends once there is one
+            finally:
+                producer.close()
+            self.messages += json_lines(producer.out.read_text())
+            run += 1
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Every message a run was told was stored (SEND_OK)."""
+        self._stop.set()
+        self._thread.join()
+        return [m for m in self.messages if m["status"] == "SEND_OK"]
+
+
+def held(cluster: ReplicatedCluster, topic: str) -> set[tuple[str, tuple[str, int, int]]]:
+    """(key, position) of every message the topic holds, as RocketMQ's own client reads them from
+    each queue's first offset. The max offsets bound that count; where the Java consumer finds
+    fewer (it says how many), it reads that many."""
+    handle = handle_of(cluster)
+    count = sum(max_offsets(handle, topic).values())  # nothing expired: every queue starts at 0
+    try:
+        rows = handle.tool("consume", "--topic", topic, "--count", str(count), "--print")
+    except ClusterError as err:
+        found = ARRIVED.search(str(err))
+        if found is None:
+            raise
+        print(f"\nthe Java consumer finds {found.group(1)} messages below max offsets summing to {count}")
+        rows = handle.tool("consume", "--topic", topic, "--count", found.group(1), "--print")
+    return {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in rows}
+
+
+def wait_holding(stream: Stream, expected: set[tuple[str, int, int]]) -> None:
+    """Until the sink holds a row at every position of ``expected`` (the stream failing fails it)."""
+    deadline = time.monotonic() + ERROR_WAIT_S
+    while not expected <= {position for _, position in stream.rows()}:
+        stream.check_alive("every message the topic holds")
+        assert time.monotonic() < deadline, "the stream did not read every message the topic holds in time"
+        time.sleep(POLL_S)
+
+
+def wait_failed(stream: Stream) -> str:
+    deadline = time.monotonic() + ERROR_WAIT_S
+    while stream.query.exception() is None:
+        assert time.monotonic() < deadline, "the stream went on past a new master that lacks messages it read"
+        time.sleep(POLL_S)
+    return str(stream.query.exception())
+
+
+def test_dledger_double_failover(spark: Any, clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]) -> None:
+    cluster = clusters.get(LAYOUT_DLEDGER)
+    topic, group = unique("double-failover"), unique("double-failover-group")
+    create_topic(handle_of(cluster), topic, queues=QUEUES)
+    cluster.spread_topic(topic)
+    steady = Steady(cluster, topic, tmp_path)
+    stream = Stream(spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest")
+    try:
+        stream.wait_rows(ROWS_BEFORE_FAILURE, "the rows before the first failure")
+        first = cluster.master(BROKER)
+        assert first is not None
+        cluster.kill(first)
+        second = cluster.wait_master(BROKER, other_than=first)
+        time.sleep(SETTLE_S)
+        cluster.restart(first)
+        time.sleep(SETTLE_S)
+        cluster.kill(second)
+        third = cluster.wait_master(BROKER, other_than=second)
+        time.sleep(SETTLE_S)
+    finally:
+        sent = steady.stop()
+    stored = held(cluster, topic)
+    lost = {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in sent} - stored
+    print(f"\nleaders {first}, {second}, then {third}: {len(sent)} sent SEND_OK, {len(stored)} held, {len(lost)} lost")
+    try:
+        if lost:
+            said = wait_failed(stream)
+            print(f"the stream stopped: {said[:1000]}")
+            if "a new master of" in said:  # decided when a batch was planned: every fact named
+                assert f"a new master of {BROKER}" in said, said[:2000]
+                assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) \(\d+: \d+ read, \d+ not\)", said)
+                assert re.search(r"In all \d+ messages", said), said[:2000]
+            else:  # a batch planned on the old master, read from the new one: the task decides
+                assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) are beyond the queue's end", said)
+            stream.stop()
+            stream = Stream(
+                spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest", failOnDataLoss="false"
+            )
+        wait_holding(stream, {position for _, position in stored})
+        rows = stream.rows()
+    finally:
+        stream.stop()
+    for key_position in stored:
+        assert rows[key_position] == 1, f"{key_position} read {rows[key_position]} times"
+    assert all(count == 1 for count in rows.values()), "a row is in the sink twice"
