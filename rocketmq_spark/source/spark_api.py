@@ -136,11 +136,20 @@ except ImportError:  # PySpark 4.0
     In = _In  # type: ignore[assignment,misc]
     FILTER_PUSHDOWN = False
 
+# Spark's comparison filters, as where they put a bound on their column: (lower bound?, inclusive?).
+BOUNDS: dict[type, tuple[bool, bool]] = {
+    GreaterThan: (True, False),
+    GreaterThanOrEqual: (True, True),
+    LessThan: (False, False),
+    LessThanOrEqual: (False, True),
+}
+
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 __all__ = [
     "ADMISSION_CONTROL",
+    "BOUNDS",
     "FILTER_PUSHDOWN",
     "FILTER_PUSHDOWN_CONF",
     "AdmissionControlled",
