@@ -58,6 +58,9 @@ Row = tuple[str, int, int, int, int, int, int, str, int, str, int, int, bytes]
 ROW_FIELDS = Message._fields[: Message._fields.index("body") + 1]
 _QUEUE_OFFSET = Message._fields.index("queue_offset")
 _FLAG = Message._fields.index("flag")
+_TOPIC = Message._fields.index("topic")
+_QUEUE_ID = Message._fields.index("queue_id")
+_SYS_FLAG = Message._fields.index("sys_flag")
 _BODY = Message._fields.index("body")
 _COMMIT_LOG_OFFSETS = itemgetter(Message._fields.index("commit_log_offset"))
 
@@ -98,6 +101,7 @@ _PREFIXES = tuple(
     for born_v6 in (False, True)
 )
 _PREFIX_V4 = _PREFIXES[0]
+_SYS_FLAG_FIELD = _UNPACKED.index("sys_flag")
 _UINT16 = struct.Struct(layout.BYTE_ORDER + layout.PROPERTIES_LENGTH)
 _TOPIC_LENGTH_V1_SIZE = layout.size_of(layout.TOPIC_LENGTH_V1)
 _TOPIC_LENGTH_V2_SIZE = layout.size_of(layout.TOPIC_LENGTH_V2)
@@ -125,6 +129,10 @@ def _topic(raw: bytes) -> str:
 
 def _record_error(position: int, problem: str) -> ProtocolError:
     return ProtocolError(f"message record at byte {position}: {problem}")
+
+
+def _size_error(position: int, declared: int, left: int) -> ProtocolError:
+    return _record_error(position, f"declared size {declared} does not fit the {left} bytes left")
 
 
 def _unwrap(
@@ -184,6 +192,36 @@ def _unwrap(
         index += 1
 
 
+def _rework_last(
+    rows: list[Row], blocks: list[bytes], store_hexes: list[str], position: int, max_body_bytes: int
+) -> None:
+    """Decompress the body of the record just walked, and unwrap it if it is an inner batch.
+
+    Few records need either, so ``walk`` takes every record as it is and hands those over after:
+    the common path then tests their flags once and builds each row in one place.
+    """
+    row = list(rows[-1])
+    # A Row indexed by a computed position is any of its fields' types to mypy.
+    sys_flag = cast(int, row[_SYS_FLAG])
+    body = cast(bytes, row[_BODY])
+    # Java leaves an empty body, and its flag, as they are.
+    if sys_flag & codes.MSG_FLAG_COMPRESSED and body:
+        row[_BODY] = decompress_body(
+            body,
+            sys_flag,
+            cast(int, row[_QUEUE_OFFSET]),
+            position,
+            max_bytes=max_body_bytes,
+            topic=cast(str, row[_TOPIC]),
+            queue_id=cast(int, row[_QUEUE_ID]),
+        )
+        row[_SYS_FLAG] = sys_flag = sys_flag & ~codes.MSG_FLAG_COMPRESSED
+    rows[-1] = tuple(row)  # type: ignore[assignment]
+    if sys_flag & _UNWRAP_FLAGS == _UNWRAP_FLAGS:
+        blocks.pop()
+        _unwrap(rows.pop(), store_hexes.pop(), position, rows, blocks, store_hexes)
+
+
 def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Walked:
     """Walk the records of a PULL body.
 
@@ -211,9 +249,8 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
     magic_v1 = codes.MESSAGE_MAGIC_V1
     magic_v2 = codes.MESSAGE_MAGIC_V2
     host_flags = _HOST_FLAGS
-    compressed = codes.MSG_FLAG_COMPRESSED
-    unwrap = _UNWRAP_FLAGS
-    special_flags = compressed | unwrap
+    sys_flag_index = _SYS_FLAG_FIELD
+    special_flags = codes.MSG_FLAG_COMPRESSED | _UNWRAP_FLAGS
     min_record = _MIN_RECORD_SIZE
     v1_length_size = _TOPIC_LENGTH_V1_SIZE
     v2_length_size = _TOPIC_LENGTH_V2_SIZE
@@ -222,6 +259,15 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
     pos = 0
     try:
         while pos < size:
+            fields = unpack_v4(data, pos)
+            if fields[sys_flag_index] & host_flags:
+                if not min_record <= fields[0] <= size - pos:  # said before the longer prefix is read
+                    raise _size_error(pos, fields[0], size - pos)
+                prefix = _PREFIXES[(fields[sys_flag_index] & host_flags) >> _HOST_FLAG_SHIFT]
+                body_start = pos + prefix.size
+                fields = prefix.unpack_from(data, pos)
+            else:
+                body_start = pos + prefix_v4_size
             (
                 total_size,
                 magic,
@@ -237,31 +283,10 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
                 reconsume_times,
                 prepared_offset,
                 body_length,
-            ) = unpack_v4(data, pos)
+            ) = fields
             record_end = pos + total_size
             if total_size < min_record or record_end > size:
-                raise _record_error(pos, f"declared size {total_size} does not fit the {size - pos} bytes left")
-            if sys_flag & host_flags:
-                prefix = _PREFIXES[(sys_flag & host_flags) >> _HOST_FLAG_SHIFT]
-                body_start = pos + prefix.size
-                (
-                    total_size,
-                    magic,
-                    queue_id,
-                    flag,
-                    queue_offset,
-                    commit_log_offset,
-                    sys_flag,
-                    born_timestamp,
-                    born_raw,
-                    store_timestamp,
-                    store_raw,
-                    reconsume_times,
-                    prepared_offset,
-                    body_length,
-                ) = prefix.unpack_from(data, pos)
-            else:
-                body_start = pos + prefix_v4_size
+                raise _size_error(pos, total_size, size - pos)
             body_end = body_start + body_length
             if magic == magic_v1:
                 topic_start = body_end + v1_length_size
@@ -285,39 +310,6 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
             raw_topic = data[topic_start:topic_end]
             born = host_cache.get(born_raw) or host(born_raw)
             store = host_cache.get(store_raw) or host(store_raw)
-            message_body = data[body_start:body_end]
-            if sys_flag & special_flags:
-                # Java leaves an empty body, and its flag, as they are.
-                if sys_flag & compressed and message_body:
-                    message_body = decompress_body(
-                        message_body,
-                        sys_flag,
-                        queue_offset,
-                        pos,
-                        max_bytes=max_body_bytes,
-                        topic=topic_cache.get(raw_topic) or topic_of(raw_topic),
-                        queue_id=queue_id,
-                    )
-                    sys_flag &= ~compressed
-                if sys_flag & unwrap == unwrap:
-                    outer = (
-                        topic_cache.get(raw_topic) or topic_of(raw_topic),
-                        queue_id,
-                        queue_offset,
-                        commit_log_offset,
-                        sys_flag,
-                        flag,
-                        born_timestamp,
-                        born[0],
-                        store_timestamp,
-                        store[0],
-                        reconsume_times,
-                        prepared_offset,
-                        message_body,
-                    )
-                    _unwrap(outer, store[1], pos, rows, blocks, store_hexes)
-                    pos = record_end
-                    continue
             append_row(
                 (
                     topic_cache.get(raw_topic) or topic_of(raw_topic),
@@ -332,11 +324,13 @@ def walk(body: bytes | bytearray | memoryview, max_body_bytes: int = DEFAULT_MAX
                     store[0],
                     reconsume_times,
                     prepared_offset,
-                    message_body,
+                    data[body_start:body_end],
                 )
             )
             append_block(data[properties_start:record_end])
             append_store_hex(store[1])
+            if sys_flag & special_flags:
+                _rework_last(rows, blocks, store_hexes, pos, max_body_bytes)
             pos = record_end
     except struct.error:
         raise _record_error(pos, f"truncated: the record runs past the {size}-byte body") from None

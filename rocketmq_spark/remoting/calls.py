@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -41,7 +41,7 @@ class Call(Generic[T_co]):
 
 
 def accepted(
-    response: RemotingCommand, code: int, address: str, accept: Sequence[int] = SUCCESS_ONLY
+    response: RemotingCommand, code: int, address: str, accept: Collection[int] = SUCCESS_ONLY
 ) -> RemotingCommand:
     """The response, if its code is one the caller handles; else the error it stands for."""
     if response.code not in accept:
@@ -285,7 +285,6 @@ PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.RETRY_IMMEDIATELY,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
-_PULL_CODES = tuple(PULL_STATUS_BY_CODE)
 # A broker's remark on a pull is the store's GetMessageStatus name (PullMessageProcessor). Code 20
 # with this one is the ordinary answer of a filter that matched nothing in the entries scanned.
 NO_MATCHED_REMARK = "NO_MATCHED_MESSAGE"
@@ -344,7 +343,7 @@ SUGGESTED_BROKER_FIELD = "suggestWhichBrokerId"
 def read_pull(response: RemotingCommand, address: str) -> PullResult:
     """A pull's answer. Code 20 (PULL_RETRY_IMMEDIATELY) is NO_MATCHED_MSG only where the remark
     says the filter matched nothing; any other code 20 is RETRY_IMMEDIATELY, data not served."""
-    accepted(response, RequestCode.PULL_MESSAGE, address, _PULL_CODES)
+    accepted(response, RequestCode.PULL_MESSAGE, address, PULL_STATUS_BY_CODE)
     status = PULL_STATUS_BY_CODE[response.code]
     if status is PullStatus.RETRY_IMMEDIATELY and response.remark == NO_MATCHED_REMARK:
         status = PullStatus.NO_MATCHED_MSG

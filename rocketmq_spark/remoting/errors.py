@@ -22,14 +22,19 @@ class RocketMQError(Exception):
     address: str | None = None
 
 
-class ConnectionFailedError(RocketMQError):
-    """A connection could not be opened, or was lost mid-request."""
+class TransportError(RocketMQError):
+    """A request got no answer from its server because of the way there, not the server's say:
+    retriable, as a fresh connection or a later try can get through."""
 
     retriable = True
 
     def __init__(self, message: str, address: str | None = None) -> None:
         super().__init__(message)
         self.address = address
+
+
+class ConnectionFailedError(TransportError):
+    """A connection could not be opened, or was lost mid-request."""
 
 
 class CertificateError(ConnectionFailedError):
@@ -45,14 +50,8 @@ class CertificateError(ConnectionFailedError):
         self.reason = reason
 
 
-class RequestTimeoutError(RocketMQError):
+class RequestTimeoutError(TransportError):
     """A request got no answer in time."""
-
-    retriable = True
-
-    def __init__(self, message: str, address: str | None = None) -> None:
-        super().__init__(message)
-        self.address = address
 
 
 class NameServersUnavailableError(RocketMQError):

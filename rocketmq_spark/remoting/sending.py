@@ -42,7 +42,6 @@ SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
-_STORED_CODES = tuple(SEND_STATUS_BY_CODE)
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def send_fields(
 
 def read_send(response: RemotingCommand, address: str, code: int = RequestCode.SEND_MESSAGE_V2) -> SendResult:
     """A send's answer: the result when the message is stored, else the error it stands for."""
-    accepted(response, code, address, _STORED_CODES)
+    accepted(response, code, address, SEND_STATUS_BY_CODE)
     return SendResult(
         status=SEND_STATUS_BY_CODE[response.code],
         offset_msg_id=response.ext_fields.get("msgId", ""),

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap
@@ -20,7 +19,7 @@ from rocketmq_spark.source.partition_reader import read_partition
 from rocketmq_spark.source.planning import checked_starts
 from rocketmq_spark.source.pushdown import Pushed, push
 from rocketmq_spark.source.spark_api import Filter
-from rocketmq_spark.source.starts import check_within_ends, starting_offsets
+from rocketmq_spark.source.starts import check_queues_exist, check_within_ends, starting_offsets
 
 
 class RocketMQBatchReader(DataSourceReader):
@@ -56,13 +55,7 @@ class RocketMQBatchReader(DataSourceReader):
             return reader.offsets_for_time(queues, opts.ending_timestamp_ms)
         if opts.ending_offsets is None:
             return latest
-        missing = sorted(set(opts.ending_offsets) - set(queues))
-        if missing:
-            raise ConfigurationError(
-                ENDING_OFFSETS,
-                f"names queues that do not exist: {', '.join(map(str, missing))}",
-                f"Use queues of the route: {', '.join(map(str, queues))}",
-            )
+        check_queues_exist(ENDING_OFFSETS, opts.ending_offsets, queues)
         check_within_ends(ENDING_OFFSETS, opts.ending_offsets, latest)
         return {q: opts.ending_offsets.get(q, latest[q]) for q in queues}
 

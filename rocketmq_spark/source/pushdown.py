@@ -34,15 +34,7 @@ from rocketmq_spark.model import (
 )
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.option_model import SourceOptions
-from rocketmq_spark.source.spark_api import (
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    LessThan,
-    LessThanOrEqual,
-)
+from rocketmq_spark.source.spark_api import BOUNDS, EqualTo, Filter, In
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -54,14 +46,6 @@ QUEUE_ID = "queueId"
 QUEUE_OFFSET = "queueOffset"
 TAGS = "tags"
 STORE_TIMESTAMP = "storeTimestamp"
-
-# The comparisons, as where they put a bound: (lower bound?, inclusive?).
-_BOUNDS: dict[type, tuple[bool, bool]] = {
-    GreaterThan: (True, False),
-    GreaterThanOrEqual: (True, True),
-    LessThan: (False, False),
-    LessThanOrEqual: (False, True),
-}
 
 
 @dataclass(frozen=True)
@@ -177,7 +161,7 @@ def _offsets(pushed: Pushed, f: Filter) -> tuple[Pushed, bool]:
     value: int = f.value  # type: ignore[attr-defined]
     if isinstance(f, EqualTo):
         return _bounded(pushed, value, value + 1), True
-    bound = _BOUNDS.get(type(f))
+    bound = BOUNDS.get(type(f))
     if bound is None:
         return pushed, False
     lower, inclusive = bound
@@ -216,8 +200,8 @@ def _store_times(pushed: Pushed, f: Filter) -> Pushed:
     high: int | None = None
     if isinstance(f, EqualTo):
         low, high = ceil_ms, after_ms
-    elif type(f) in _BOUNDS:
-        lower, inclusive = _BOUNDS[type(f)]
+    elif type(f) in BOUNDS:
+        lower, inclusive = BOUNDS[type(f)]
         if lower:
             low = ceil_ms if inclusive else after_ms
         else:

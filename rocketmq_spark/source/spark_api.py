@@ -44,30 +44,6 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 log = logging.getLogger(__name__)
 
 
-class _ReadLimit:
-    """PySpark 4.2's read limits, for the source's own use on 4.0 and 4.1 (same names and fields)."""
-
-
-@dataclass
-class _ReadAllAvailable(_ReadLimit):
-    pass
-
-
-@dataclass
-class _ReadMinRows(_ReadLimit):
-    min_rows: int
-
-
-@dataclass
-class _ReadMaxRows(_ReadLimit):
-    max_rows: int
-
-
-class _SupportsTriggerAvailableNow(ABC):
-    @abstractmethod
-    def prepareForTriggerAvailableNow(self) -> None: ...
-
-
 try:
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -78,40 +54,27 @@ try:
     )
 
     ADMISSION_CONTROL = True
-except ImportError:  # PySpark 4.0 and 4.1
-    # One name a line, so that each keeps its ignore wherever a formatter puts the lines.
-    ReadLimit = _ReadLimit  # type: ignore[assignment,misc]
-    ReadAllAvailable = _ReadAllAvailable  # type: ignore[assignment,misc]
-    ReadMinRows = _ReadMinRows  # type: ignore[assignment,misc]
-    ReadMaxRows = _ReadMaxRows  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = _SupportsTriggerAvailableNow  # type: ignore[assignment,misc]
+except ImportError:  # PySpark 4.0 and 4.1: the source's own, with 4.2's names and fields
     ADMISSION_CONTROL = False
 
+    class ReadLimit:  # type: ignore[no-redef]
+        """PySpark 4.2's read limits, for the source's own use on 4.0 and 4.1."""
 
-@dataclass(frozen=True)
-class _Filter:
-    """Stand-ins for PySpark 4.1's filter classes on 4.0, which never pushes any."""
+    @dataclass
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        pass
 
-    attribute: tuple[str, ...]
-    value: Any
+    @dataclass
+    class ReadMinRows(ReadLimit):  # type: ignore[no-redef]
+        min_rows: int
 
+    @dataclass
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        max_rows: int
 
-class _EqualTo(_Filter): ...
-
-
-class _GreaterThan(_Filter): ...
-
-
-class _GreaterThanOrEqual(_Filter): ...
-
-
-class _LessThan(_Filter): ...
-
-
-class _LessThanOrEqual(_Filter): ...
-
-
-class _In(_Filter): ...
+    class SupportsTriggerAvailableNow(ABC):  # type: ignore[no-redef]
+        @abstractmethod
+        def prepareForTriggerAvailableNow(self) -> None: ...
 
 
 try:
@@ -126,21 +89,41 @@ try:
     )
 
     FILTER_PUSHDOWN = True
-except ImportError:  # PySpark 4.0
-    Filter = _Filter  # type: ignore[assignment,misc]
-    EqualTo = _EqualTo  # type: ignore[assignment,misc]
-    GreaterThan = _GreaterThan  # type: ignore[assignment,misc]
-    GreaterThanOrEqual = _GreaterThanOrEqual  # type: ignore[assignment,misc]
-    LessThan = _LessThan  # type: ignore[assignment,misc]
-    LessThanOrEqual = _LessThanOrEqual  # type: ignore[assignment,misc]
-    In = _In  # type: ignore[assignment,misc]
+except ImportError:  # PySpark 4.0, which never pushes a filter: stand-ins of 4.1's classes
     FILTER_PUSHDOWN = False
+
+    @dataclass(frozen=True)
+    class Filter:  # type: ignore[no-redef]
+        attribute: tuple[str, ...]
+        value: Any
+
+    class EqualTo(Filter): ...  # type: ignore[no-redef]
+
+    class GreaterThan(Filter): ...  # type: ignore[no-redef]
+
+    class GreaterThanOrEqual(Filter): ...  # type: ignore[no-redef]
+
+    class LessThan(Filter): ...  # type: ignore[no-redef]
+
+    class LessThanOrEqual(Filter): ...  # type: ignore[no-redef]
+
+    class In(Filter): ...  # type: ignore[no-redef]
+
+
+# Spark's comparison filters, as where they put a bound on their column: (lower bound?, inclusive?).
+BOUNDS: dict[type, tuple[bool, bool]] = {
+    GreaterThan: (True, False),
+    GreaterThanOrEqual: (True, True),
+    LessThan: (False, False),
+    LessThanOrEqual: (False, True),
+}
 
 # The session conf without which Spark 4.1+ pushes no filter to a Python source (default false).
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 __all__ = [
     "ADMISSION_CONTROL",
+    "BOUNDS",
     "FILTER_PUSHDOWN",
     "FILTER_PUSHDOWN_CONF",
     "AdmissionControlled",

@@ -45,13 +45,7 @@ def starting_offsets(options: SourceOptions, queues: Iterable[MessageQueue], bro
         return brokers.max_offsets(queue_list)
     explicit: OffsetMap = {}
     if options.starting_mode is StartingMode.SPECIFIC:
-        missing = sorted(set(options.starting_offsets) - set(queue_list))
-        if missing:
-            raise ConfigurationError(
-                STARTING_OFFSETS,
-                f"names queues that do not exist: {', '.join(map(str, missing))}",
-                f"Use queues of the route: {', '.join(map(str, queue_list))}",
-            )
+        check_queues_exist(STARTING_OFFSETS, options.starting_offsets, queue_list)
         explicit = dict(options.starting_offsets)
         check_within_ends(STARTING_OFFSETS, explicit, brokers.max_offsets(sorted(explicit)))
     rest = [q for q in queue_list if q not in explicit]
@@ -90,6 +84,19 @@ def first_seen_offsets(
         since = brokers.offsets_for_time(rest, since_ms) if since_ms is not None else brokers.min_offsets(rest)
         return {**found, **since}
     return {**found, **_fallback_offsets(options, rest, brokers)}
+
+
+def check_queues_exist(option: str, named: Iterable[MessageQueue], queues: Iterable[MessageQueue]) -> None:
+    """Queues a user named must be queues of the route: one that is not is a typo or a stale
+    name, which reading the others would hide."""
+    route = sorted(queues)
+    missing = sorted(set(named) - set(route))
+    if missing:
+        raise ConfigurationError(
+            option,
+            f"names queues that do not exist: {', '.join(map(str, missing))}",
+            f"Use queues of the route: {', '.join(map(str, route))}",
+        )
 
 
 def check_within_ends(option: str, offsets: Mapping[MessageQueue, int], ends: Mapping[MessageQueue, int]) -> None:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import pytest
 from pyspark.sql.datasource import InputPartition
 
 from rocketmq_spark.config.errors import ConfigurationError
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import EXPRESSION_TAG, MessageQueue
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.offsets import to_spark
-from rocketmq_spark.source.partition import RocketMQPartition
+from rocketmq_spark.source.option_model import BATCH_READ_GROUP
+from rocketmq_spark.source.partition import RocketMQPartition, TaskOptions
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from tests.fakes import FakeOffsets
 from tests.support import A0, A1, B0, TOPIC, options, ranges, spark, stream
@@ -255,6 +257,26 @@ def test_partitions_carry_what_a_task_needs() -> None:
         part.task.pull_batch_size,
         part.task.max_body_bytes,
     ) == (TOPIC, "ns%g", frozenset({"TagA", "TagB"}), 7, 5000)
+
+
+def test_a_task_carries_each_option_it_names_and_the_group_pulls_name() -> None:
+    source = options(
+        streaming=False,
+        subExpression="TagA",
+        pullBatchSize="9",
+        namespace="ns",
+        maxBodyBytes="7000",
+        failOnDataLoss="false",
+    )
+    task = TaskOptions.of(replace(source, columns=("queueOffset",)))
+    assert (task.group, task.sub_expression, task.expression_type, task.tag_filter) == (
+        BATCH_READ_GROUP,
+        "TagA",
+        EXPRESSION_TAG,
+        frozenset({"TagA"}),
+    )
+    assert (task.pull_batch_size, task.fail_on_data_loss, task.namespace, task.max_body_bytes) == (9, False, "ns", 7000)
+    assert (task.client, task.retry, task.columns) == (source.client, source.retry, ("queueOffset",))
 
 
 # ------------------------------------------------------------------------- batch
