@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
@@ -38,8 +39,8 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.option_model import SourceOptions
-from rocketmq_spark.source.routes import QueueRoutes
+from rocketmq_spark.source.option_model import TOPIC, SourceOptions
+from rocketmq_spark.source.routes import QueueRoutes, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class OffsetReader:
         if options.client.tls and not options.client.tls_verify:
             log.warning(UNVERIFIED_TLS_WARNING)
         self.client = client or RocketMQClient(options.client)
-        self.routes = QueueRoutes(options, self.client, clock)
+        self.routes = QueueRoutes(options.topics, self.client, options.start_retry, options.retry.budget_s, clock)
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
@@ -98,8 +99,17 @@ class OffsetReader:
         return self.routes.unreachable
 
     def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
-        """Every readable queue of the source's topics, with the address its offsets are asked at."""
-        return self.routes.queues(missing_ok, fresh)
+        """Every readable queue of the source's topics, with the address its offsets are asked at;
+        a topic the name server does not know is a configuration error (unless ``missing_ok``)."""
+        try:
+            return self.routes.queues(missing_ok, fresh)
+        except UnknownTopicError as err:
+            raise ConfigurationError(
+                TOPIC,
+                f"topic '{self.options.display_topic(err.topic)}' does not exist on "
+                f"{';'.join(self.options.client.name_servers)}",
+                "Create it, or check the topic name and the nameServer option",
+            ) from err
 
     def unavailable(self, absent: Iterable[MessageQueue]) -> set[MessageQueue]:
         """Of queues missing from the routes, those that wait for their broker (``routes.py``)."""

@@ -17,15 +17,25 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.source.option_model import STARTING_OFFSETS, TOPIC, SourceOptions
 
 __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
+
+
+class UnroutedQueueError(RocketMQError):
+    """A queue asked about that the topic's route does not list (any more)."""
+
+
+class UnknownTopicError(RocketMQError):
+    """A topic of the query that the name server does not know; ``topic`` names it."""
+
+    def __init__(self, topic: str, cause: TopicNotFoundError) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic} is not known to the name server: {cause}")
 
 
 class QueueRoutes:
@@ -33,14 +43,17 @@ class QueueRoutes:
 
     def __init__(
         self,
-        options: SourceOptions,
+        topics: Iterable[str],
         client: RocketMQClient,
+        retry: Retry,
+        budget_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.options = options
+        self.topics = tuple(topics)
         self.client = client
         self.replicas = Replicas(client.topic_route, clock)
-        self.retry: Retry = options.start_retry  # the offset reader switches it when the query runs
+        self.retry = retry  # the start's short policy; the offset reader switches it when the query runs
+        self._budget_s = budget_s  # how long no registered broker may answer before the query fails
         self._clock = clock
         self._addresses: dict[MessageQueue, str] = {}  # where each queue's offsets are asked
         self._masters: dict[str, str] = {}  # broker name -> its master's address, where one is listed
@@ -56,26 +69,22 @@ class QueueRoutes:
         """Every readable queue of the source's topics, with the address to ask its offsets at.
 
         Routes younger than ``ROUTE_REFRESH_S`` are reused unless ``fresh``. A topic the name
-        server does not know is a configuration error when a query starts; once it runs
-        (``missing_ok``) it means that no broker serving the topic is registered right now.
+        server does not know raises ``UnknownTopicError`` (a configuration error when a query
+        starts, which the caller, who knows the options, says); once a query runs (``missing_ok``)
+        it means that no broker serving the topic is registered right now.
         """
         now = self._clock()
         if not fresh and self._routes_at is not None and now - self._routes_at < ROUTE_REFRESH_S:
             return dict(self._addresses)
         found: dict[MessageQueue, str] = {}
         masters: dict[str, str] = {}
-        for topic in self.options.topics:
+        for topic in self.topics:
             try:
                 route = self.retry.call(partial(self.replicas.route, topic, fresh=True), f"route of {topic}")
             except TopicNotFoundError as err:
                 if missing_ok:
                     continue
-                raise ConfigurationError(
-                    TOPIC,
-                    f"topic '{self.options.display_topic(topic)}' does not exist on "
-                    f"{';'.join(self.options.client.name_servers)}",
-                    "Create it, or check the topic name and the nameServer option",
-                ) from err
+                raise UnknownTopicError(topic, err) from err
             masters.update({name: b.master_address for name, b in route.brokers.items() if b.master_address})
             for queue in route.readable_queues():
                 replicas = self.replicas.read_replicas(topic, queue.broker_name)
@@ -98,13 +107,13 @@ class QueueRoutes:
         self._routes_at = None
 
     def address(self, queue: MessageQueue) -> str:
-        """Where the queue's offsets are asked; a queue no route lists is a configuration error."""
+        """Where the queue's offsets are asked. A queue no route lists raises ``UnroutedQueueError``:
+        the queues users name are checked against the routes before any is asked about
+        (``starts.check_queues_exist``), so this one came from a route that changed since."""
         if queue not in self._addresses:
             self.queues(fresh=True)
         if queue not in self._addresses:
-            raise ConfigurationError(
-                STARTING_OFFSETS, f"queue {queue} does not exist", "Name only queues the topic's route lists"
-            )
+            raise UnroutedQueueError(f"queue {queue} is not in its topic's route (the route changed?)")
         return self._addresses[queue]
 
     def masters(self) -> dict[MessageQueue, str]:
@@ -173,7 +182,7 @@ class QueueRoutes:
             self.unreachable.setdefault(broker, now)
         held = [q for q in wanted if q.broker_name in unanswered]
         rest = [q for q in wanted if q.broker_name not in unanswered]
-        budget = self.options.retry.budget_s
+        budget = self._budget_s
         if held and not answered and not rest and all(now - t >= budget for t in self.unreachable.values()):
             brokers = sorted({q.broker_name for q in held})
             raise BrokersUnreachableError(brokers, budget, unanswered[brokers[0]])
