@@ -90,9 +90,9 @@ class OffsetQuestions(Protocol):
 
     def commit(self, offsets: Mapping[MessageQueue, int]) -> CommitResult: ...
 
-    def reconnected(self) -> frozenset[str]: ...
+    def take_new_masters_for_commits(self) -> frozenset[str]: ...
 
-    def masters_changed(self) -> frozenset[str]: ...
+    def take_new_masters_for_data_loss(self) -> frozenset[str]: ...
 
     def running(self) -> None: ...
 
@@ -244,11 +244,11 @@ class FakeOffsets(OffsetQuestions):
         self.commits.append(routable)
         return CommitResult(stored=routable)
 
-    def reconnected(self) -> frozenset[str]:
+    def take_new_masters_for_commits(self) -> frozenset[str]:
         again, self.reconnects = frozenset(self.reconnects), set()
         return again
 
-    def masters_changed(self) -> frozenset[str]:
+    def take_new_masters_for_data_loss(self) -> frozenset[str]:
         changed, self.elections = frozenset(self.elections), set()
         return changed
 

@@ -62,7 +62,7 @@ class Failovers:
         not or the budget is spent. A broker name is checked once its queues answer: the next
         trigger compares them as usual (the stream moved to their new end, or failed).
         """
-        changed = self._new_masters | self._offsets.masters_changed()
+        changed = self._new_masters | self._offsets.take_new_masters_for_data_loss()
         short = [q for q, o in latest.items() if q.broker_name in changed and o < begins.get(q, o)]
         if short:
             latest = {**latest, **self._wait(short, begins)}

@@ -178,7 +178,7 @@ class GroupOffsets:
     def _forget_reconnected(self) -> frozenset[str]:
         """Forget what was stored on brokers reached over a new connection since the last call
         (it is stored again); those brokers."""
-        again = self._offsets.reconnected()
+        again = self._offsets.take_new_masters_for_commits()
         if again:
             self.stored = {q: o for q, o in self.stored.items() if q.broker_name not in again}
         return again

@@ -122,17 +122,19 @@ class OffsetReader:
         """Broker names read from a slave now, as no master is listed."""
         return self.routes.without_master()
 
-    def reconnected(self) -> frozenset[str]:
-        """Brokers reached at a new address or over a new connection since the last call; since
-        they may have lost the group's offset tables too, their first commits go first again."""
-        again = self.routes.reconnected()
+    def take_new_masters_for_commits(self) -> frozenset[str]:
+        """Brokers reached at a new address or over a new connection since the last call (each
+        change is taken once); since they may have lost the group's offset tables too, their
+        commit tables are forgotten here, so that their first commits go first again."""
+        again = self.routes.take_new_masters("commits")
         self.commits.forget(again)
         return again
 
-    def masters_changed(self) -> frozenset[str]:
+    def take_new_masters_for_data_loss(self) -> frozenset[str]:
         """Broker names with a new master (or a master reached over a new connection) since the
-        last call: a queue of theirs that is shorter than before lost messages in the failover."""
-        return self.routes.reconnected("data loss")
+        last call, each change taken once: a queue of theirs that is shorter than before lost
+        messages in the failover."""
+        return self.routes.take_new_masters("data loss")
 
     def address(self, queue: MessageQueue) -> str:
         return self.routes.address(queue)

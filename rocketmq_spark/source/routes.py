@@ -152,14 +152,15 @@ class QueueRoutes:
         back = self.queues(missing_ok=True, fresh=True)
         return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
 
-    def reconnected(self, watcher: str = "commits") -> frozenset[str]:
+    def take_new_masters(self, watcher: str) -> frozenset[str]:
         """Broker names whose master this driver reaches at a new address (an election, a slave
         promoted, a master back after its slave served) or over a new connection since
-        ``watcher`` last asked; the first look does not count.
+        ``watcher`` last took them: each watcher (storing offsets, the data-loss check) takes each
+        change once; the first look does not count.
 
         A broker that crashed (SIGKILL, power loss) and came back has lost the offsets stored in
         its last seconds: it writes them to disk every few seconds (flushConsumerOffsetInterval);
-        a new master has only what its replication had copied. The caller stores them again.
+        a new master has only what its replication had copied, and may lack messages too.
         """
         again = set()
         seen = self._seen.setdefault(watcher, {})
