@@ -122,7 +122,8 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised; then the
 # failovers of replicated clusters of their own (integration/tests/test_failover.py): master-slave
 # on 5.3.3 (with and without slave reads) and 4.9.7, a DLedger group, controller mode, a batch read
-# served by a slave. About 14 minutes on 2 cores (docs/development/testing.md).
+# served by a slave; last, a DLedger group that loses two leaders in a row under steady sends
+# (integration/tests/test_double_failover.py). About 16 minutes on 2 cores (docs/development/testing.md).
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
