@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,6 +86,16 @@ class Clusters:
         if self._current is not None:
             self._current.stop(at_once=True)
             self._current = None
+
+
+@contextmanager
+def cluster_pool(root: Path) -> Iterator[Clusters]:
+    """A module's replicated clusters under ``root``, stopped when the module ends."""
+    pool = Clusters(root)
+    try:
+        yield pool
+    finally:
+        pool.stop()
 
 
 def handle_of(cluster: ReplicatedCluster) -> ClusterHandle:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from integration.cluster_config import LAYOUT_DLEDGER, ClusterError
-from integration.failover import Clusters, Stream, handle_of
+from integration.failover import Clusters, Stream, cluster_pool, handle_of
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.replicated import ReplicatedCluster
@@ -46,11 +46,8 @@ ARRIVED = re.compile(r"only (\d+) of \d+ messages arrived")
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
-    pool = Clusters(tmp_path_factory.mktemp("double-failover"))
-    try:
+    with cluster_pool(tmp_path_factory.mktemp("double-failover")) as pool:
         yield pool
-    finally:
-        pool.stop()
 
 
 class Steady:

@@ -30,6 +30,7 @@ from integration.failover import (
     Sent,
     Stream,
     assert_exact,
+    cluster_pool,
     handle_of,
     positions,
     report,
@@ -62,11 +63,8 @@ OLD_RELEASE = "4.9.7"
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
-    pool = Clusters(tmp_path_factory.mktemp("failover"))
-    try:
+    with cluster_pool(tmp_path_factory.mktemp("failover")) as pool:
         yield pool
-    finally:
-        pool.stop()
 
 
 class Scenario:
