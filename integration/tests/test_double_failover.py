@@ -148,6 +148,7 @@ def test_dledger_double_failover(spark: Any, clusters: Clusters, tmp_path: Path,
                 assert re.search(r"In all \d+ messages", said), said[:2000]
             else:  # a batch planned on the old master, read from the new one: the task decides
                 assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) are beyond the queue's end", said)
+                assert "a new master that lacks them" in said, said[:2000]
             stream.stop()
             stream = Stream(
                 spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest", failOnDataLoss="false"

@@ -213,7 +213,7 @@ class _RangeRead:
             return self._expired(start, result)
         if start > result.max_offset:
             on_data_loss(
-                [DataLoss.went_backwards(rng.queue, start, rng.end, result.max_offset)],
+                [DataLoss.short_when_read(rng.queue, start, rng.end, result.max_offset)],
                 self.part.task.fail_on_data_loss,
             )
             return rng.end

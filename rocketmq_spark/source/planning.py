@@ -89,6 +89,19 @@ class DataLoss:
         )
 
     @classmethod
+    def short_when_read(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
+        """A task found its planned range beyond the queue's end: it cannot tell a failover from a
+        recreated topic (only the driver sees masters change), so it names both."""
+        return cls(
+            queue,
+            lost_from,
+            lost_to,
+            f"are beyond the queue's end (max {max_offset}) although the batch was planned within it: "
+            "the queue went backwards since, either because its broker name has a new master that lacks "
+            "them (RocketMQ lost them in a failover) or because the topic was recreated",
+        )
+
+    @classmethod
     def failover(cls, queue: MessageQueue, kept: int, read_to: int, seen: int) -> DataLoss:
         """A new master holds the queue's messages up to ``kept`` only, below what the query had
         read (``read_to``) or seen (``seen``) on the master before it."""
