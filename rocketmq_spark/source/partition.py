@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
@@ -46,10 +46,19 @@ class TaskOptions:
 
     @classmethod
     def of(cls, options: SourceOptions) -> TaskOptions:
-        """Each field is the option (or derived option) of its name, but ``group``: the group
-        pulls name. A field added here is then taken from the options without another line."""
-        same_named = {f.name: getattr(options, f.name) for f in fields(cls) if f.name != "group"}
-        return cls(group=options.pull_group, **same_named)
+        return cls(
+            client=options.client,
+            group=options.pull_group,
+            sub_expression=options.sub_expression,
+            expression_type=options.expression_type,
+            tag_filter=options.tag_filter,
+            pull_batch_size=options.pull_batch_size,
+            fail_on_data_loss=options.fail_on_data_loss,
+            retry=options.retry,
+            namespace=options.namespace,
+            max_body_bytes=options.max_body_bytes,
+            columns=options.columns,
+        )
 
     @property
     def reads_every_message(self) -> bool:
