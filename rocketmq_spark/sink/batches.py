@@ -65,15 +65,14 @@ class Accumulator:
         self._ready = ready
         self._open: dict[MessageQueue, _Open] = {}
 
-    def alone(self, message: Message) -> bool:
-        """Whether the message goes in a send of its own: delayed or timed, batching off, or
-        larger than a batch. What its queue gathered must then go first (``drain``)."""
+    def add(self, queue: MessageQueue, message: Message) -> bool:
+        """Gather a message into its queue's batch; False when it goes in a send of its own
+        (delayed or timed, batching off, or larger than a batch), after what its queue gathered
+        was handed on, so the queue's messages keep their order."""
         size = batch_record_size(len(message.row.body), len(message.properties))
-        return message.row.single or self._limit == 0 or size > self._limit
-
-    def add(self, queue: MessageQueue, message: Message) -> None:
-        """Gather a message that may share a batch (``alone`` is false) into its queue's batch."""
-        size = batch_record_size(len(message.row.body), len(message.properties))
+        if message.row.single or self._limit == 0 or size > self._limit:
+            self.drain(queue)
+            return False
         gathered = self._open.get(queue)
         if gathered is not None and gathered.size + size > self._limit:
             self.drain(queue)
@@ -82,6 +81,7 @@ class Accumulator:
             gathered = self._open[queue] = _Open()
         gathered.parts.append(message)
         gathered.size += size
+        return True
 
     def add_records(self, queue: MessageQueue, data: pa.Buffer, offsets: np.ndarray) -> None:
         """Unordered messages of ``queue`` encoded as batch records (each at most

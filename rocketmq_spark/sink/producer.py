@@ -59,11 +59,8 @@ class TaskProducer:
             )
         message = Message(row, self._producer.ids.next())
         queue, address = self._placer.target(message)
-        if self._batches.alone(message):
-            self._batches.drain(queue)  # what the queue gathered goes first, in order
+        if not self._batches.add(queue, message):
             self._sender.submit(queue, address, [message])
-        else:
-            self._batches.add(queue, message)
 
     def add_records(self, queue: MessageQueue, data: pa.Buffer, offsets: np.ndarray) -> None:
         """Unordered messages of ``queue`` already encoded as batch records (``Accumulator.add_records``)."""
