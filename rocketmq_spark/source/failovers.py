@@ -16,7 +16,10 @@ where the messages stored after the old master's last one begin (as Kafka's cons
 leader where its epoch ends, KIP-320).
 
 A healthy trigger costs nothing here: no request, only a comparison per queue. The facts live in
-the driver's memory: a failover while the query is stopped is not seen at its restart.
+the driver's memory, and one of them also in the offset log: per broker name, the newest store
+time seen when each batch was planned (``offsets.STAMPS_KEY``). A restarted driver knows no master
+changed hands, so it makes that comparison once, for the batch Spark gives it first (``since``):
+a failover while the query was stopped, or after a task stopped it, is seen the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import OffsetMap
-from rocketmq_spark.source.planning import Failover
+from rocketmq_spark.source.planning import DataLoss, Failover, on_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,35 @@ class Failovers:
         self._new_masters = changed - {q.broker_name for q in latest}
         return latest, before
 
+    def since(self, ends: Mapping[MessageQueue, int], stamps: Mapping[str, int]) -> OffsetMap:
+        """Per queue of ``ends`` (a batch's end in the offset log, with its brokers' newest store
+        times ``stamps``), the offset below its end from which the queue now holds messages stored
+        after that batch was planned, or nothing: other messages than the query read or planned.
+
+        Without a failover, every message below a queue's end was stored no later than the time
+        kept, so nothing is found and only one search per queue is spent, once per restart. A
+        queue shorter than its end is asked again for up to ``retryBudgetMs`` first, as a new
+        master's is while the query runs.
+        """
+        queues = [q for q in ends if q.broker_name in stamps]
+        latest = self._offsets.max_offsets(queues, hold_unreachable=True) if queues else {}
+        short = [q for q, o in latest.items() if o < ends[q]]
+        if short:
+            latest = {**latest, **self._wait(short, ends)}
+        found: OffsetMap = {}
+        for broker in sorted({q.broker_name for q in latest}):
+            mine = [q for q in latest if q.broker_name == broker]
+            try:
+                firsts = self._offsets.offsets_for_time(mine, stamps[broker] + 1)
+            except RocketMQError as err:
+                log.warning("could not compare %s's messages with the checkpoint's (%s)", broker, err)
+                firsts = {}
+            found.update({q: min(latest[q], firsts.get(q, latest[q])) for q in mine})
+        moved = {q: o for q, o in found.items() if o < ends[q]}
+        if moved:
+            log.info("queues %s hold other messages than when the checkpoint's batch was planned", sorted(moved))
+        return moved
+
     def _new_messages_from(self, queues: list[MessageQueue]) -> OffsetMap:
         """Per queue, where the new master's own messages begin, if below the last max offset seen
         before: the first offset stored after the old master's last message (one search per queue).
@@ -120,3 +152,22 @@ class Failovers:
         except _StillShort:
             pass  # planning decides: a failover's loss
         return found
+
+
+def rerun_ends(
+    starts: Mapping[MessageQueue, int],
+    ends: Mapping[MessageQueue, int],
+    moved: Mapping[MessageQueue, int],
+    fail_on_data_loss: bool,
+) -> OffsetMap:
+    """The ends a batch from the offset log is read to when a restarted driver runs it again and
+    its queues hold other messages from ``moved`` on: the data-loss policy first (the offsets
+    below a queue's start the query had read, those from it on it had planned), then each such
+    queue read only below where the messages stored since begin."""
+    losses = [
+        DataLoss.failover(q, offset, starts.get(q, ends[q]), ends[q], stopped=True)
+        for q, offset in sorted(moved.items())
+        if q in ends
+    ]
+    on_data_loss(losses, fail_on_data_loss)
+    return {q: max(starts.get(q, end), min(end, moved.get(q, end))) for q, end in ends.items()}

@@ -10,6 +10,9 @@ rather than from the previous batch's end, and reads the same rows whenever it i
 Likewise, under ``STARTS_KEY``, where the batch starts each queue it is the first to read (a queue
 added to the topic, or whose broker came back): the rule that chose it asks the brokers things that
 change (the group's stored offsets), so the batch must not ask them again when it is run again.
+Under ``STAMPS_KEY``, per broker name, the store time of the newest message the driver had seen on
+it when it planned the batch: a restarted query compares it with what the brokers hold then, to
+find messages a new master stored at offsets the query had read or planned (``failovers.py``).
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ OffsetMap = dict[MessageQueue, int]
 # Not a possible topic name: RocketMQ's topic names are letters, digits, '%', '|', '_' and '-'.
 RESETS_KEY = "@resets"
 STARTS_KEY = "@starts"
-_METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY})
+STAMPS_KEY = "@stamps"
+_METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY, STAMPS_KEY})
 
 
 def to_spark(
     offsets: Mapping[MessageQueue, int],
     resets: Mapping[MessageQueue, int] | None = None,
     starts: Mapping[MessageQueue, int] | None = None,
+    stamps: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The nested dict Spark stores in its offset log (string keys, sorted for stable JSON), with
-    the batch's followed resets and the starts of the queues it reads first, if any."""
+    the batch's followed resets, the starts of the queues it reads first and its brokers' newest
+    store times, if any."""
     out: dict[str, Any] = {}
     for queue in sorted(offsets):
         out.setdefault(queue.topic, {}).setdefault(queue.broker_name, {})[str(queue.queue_id)] = offsets[queue]
@@ -42,12 +48,9 @@ def to_spark(
         out[RESETS_KEY] = to_spark(resets)
     if starts:
         out[STARTS_KEY] = to_spark(starts)
+    if stamps:
+        out[STAMPS_KEY] = {broker: stamps[broker] for broker in sorted(stamps)}
     return out
-
-
-def has_metadata(nested: Mapping[str, Any]) -> bool:
-    """Whether the offsets carry more than each queue's offset (resets, or first starts)."""
-    return any(key in nested for key in _METADATA_KEYS)
 
 
 def starts_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
@@ -58,6 +61,15 @@ def starts_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
 def resets_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
     """Where the batch ending at ``nested`` starts each queue an operator's reset moved."""
     return from_spark(nested.get(RESETS_KEY) or {})
+
+
+def stamps_from_spark(nested: Mapping[str, Any]) -> dict[str, int]:
+    """Per broker name, the newest store time seen when the batch ending at ``nested`` was planned
+    (none in an offset log written before they were kept)."""
+    stamps = nested.get(STAMPS_KEY) or {}
+    if not isinstance(stamps, Mapping):
+        return {}
+    return {str(b): t for b, t in stamps.items() if isinstance(t, int) and not isinstance(t, bool) and t > 0}
 
 
 def from_spark(nested: Mapping[str, Any], namespace: str | None = None) -> OffsetMap:

@@ -39,6 +39,9 @@ class Failover:
 
     seen: int
     kept: int
+    # Found at a restart (from the store times in the offset log), not watched as it happened: a
+    # new master that lacks them, or a topic recreated while the query was stopped.
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class DataLoss:
     lost_to: int
     reason: str
     read_to: int | None = None
+    stopped: bool = False  # a failover's loss found at a restart (``Failover.stopped``)
 
     @property
     def count(self) -> int:
@@ -102,10 +106,10 @@ class DataLoss:
         )
 
     @classmethod
-    def failover(cls, queue: MessageQueue, kept: int, read_to: int, seen: int) -> DataLoss:
+    def failover(cls, queue: MessageQueue, kept: int, read_to: int, seen: int, stopped: bool = False) -> DataLoss:
         """A new master holds the queue's messages up to ``kept`` only, below what the query had
         read (``read_to``) or seen (``seen``) on the master before it."""
-        return cls(queue, kept, max(read_to, seen), "held by the master before", read_to)
+        return cls(queue, kept, max(read_to, seen), "held by the master before", read_to, stopped)
 
     @classmethod
     def vanished(cls, queue: MessageQueue, offset: int) -> DataLoss:
@@ -221,7 +225,7 @@ def reconcile(
             losses.append(DataLoss.expired(queue, offset, low, low))
             fixed[queue] = low
         elif failover is not None and failover.kept < max(offset, failover.seen):
-            losses.append(DataLoss.failover(queue, failover.kept, offset, failover.seen))
+            losses.append(DataLoss.failover(queue, failover.kept, offset, failover.seen, failover.stopped))
             fixed[queue] = min(offset, failover.kept)
         elif offset > high:
             losses.append(DataLoss.went_backwards(queue, high, offset, high))
@@ -250,23 +254,39 @@ def on_data_loss(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
 
 def _failover_detail(losses: list[DataLoss], fail_on_data_loss: bool) -> str:
     """What a failover lost, per broker name: the queues, offsets and counts, what the query had
-    read of them, and what ``failOnDataLoss=false`` does (or does now)."""
+    read of them, and what ``failOnDataLoss=false`` does (or does now). Found at a restart, the
+    cause is one of two, and both are named."""
     parts = []
     for broker in sorted({loss.queue.broker_name for loss in losses}):
         mine = [loss for loss in losses if loss.queue.broker_name == broker]
-        parts.append(
-            f"a new master of {broker} (elected, or restarted) holds fewer messages than the one before it "
-            "showed: " + "; ".join(loss.describe() for loss in mine)
-        )
+        said = "; ".join(loss.describe() for loss in mine)
+        if any(loss.stopped for loss in mine):
+            parts.append(
+                f"since this query's checkpoint was written, {broker} came to hold other messages, or none, "
+                f"at offsets the query had read or planned: {said}"
+            )
+        else:
+            parts.append(
+                f"a new master of {broker} (elected, or restarted) holds fewer messages than the one before it "
+                f"showed: {said}"
+            )
     total = sum(loss.count for loss in losses)
     read = sum(loss.read for loss in losses)
     going_on = "goes" if not fail_on_data_loss else "would go"
+    if any(loss.stopped for loss in losses):
+        cause = (
+            f"In all {total} messages the checkpoint counted on are gone: a new master that lacked them took "
+            "over while the query was stopped (RocketMQ lost them in a failover), or the topic was recreated"
+        )
+    else:
+        cause = (
+            f"In all {total} messages the master before held were lost by RocketMQ in the failover (not "
+            "copied to the new master when the old one stopped; the topic was not recreated)"
+        )
     return (
-        f"{'. '.join(parts)}. In all {total} messages the master before held were lost by RocketMQ in the "
-        "failover (not copied to the new master when the old one stopped; the topic was not recreated): "
-        f"{read} of them this query had read (they are in its sink), {total - read} it had not. "
-        f"With failOnDataLoss=false the query {going_on} on from each queue's new end: the lost offsets "
-        "are skipped, and the messages the new master stores at those offsets are read"
+        f"{'. '.join(parts)}. {cause}: {read} of them this query had read (they are in its sink), "
+        f"{total - read} it had not. With failOnDataLoss=false the query {going_on} on from each queue's new "
+        "end: the lost offsets are skipped, and the messages stored at those offsets since are read"
     )
 
 

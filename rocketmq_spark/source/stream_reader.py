@@ -25,7 +25,7 @@ from rocketmq_spark.model import MessageQueue, now_ms
 from rocketmq_spark.remoting.client_requests import QueueStanding
 from rocketmq_spark.source.absences import Absences
 from rocketmq_spark.source.broker_requests import BrokerRequests
-from rocketmq_spark.source.failovers import Failovers
+from rocketmq_spark.source.failovers import Failovers, rerun_ends
 from rocketmq_spark.source.group import GroupWatch
 from rocketmq_spark.source.group_offsets import IDLE_RESET_CHECK_MS, GroupOffsets
 from rocketmq_spark.source.next_batch import BrokerFacts, next_batch
@@ -33,14 +33,15 @@ from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import (
     OffsetMap,
     from_spark,
-    has_metadata,
     resets_from_spark,
+    stamps_from_spark,
     starts_from_spark,
     to_spark,
 )
 from rocketmq_spark.source.option_model import SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
+from rocketmq_spark.source.planning import Failover
 from rocketmq_spark.source.spark_api import (
     ReadAllAvailable,
     ReadLimit,
@@ -81,6 +82,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._failovers: Failovers | None = None
         self._watch: GroupWatch | None = None
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
+        self._planned: OffsetMap | None = None  # the end latestOffset returned last, in this process
+        # The first batch end Spark gives a restarted driver, from its offset log, with the queues
+        # that hold other messages below it since (``Failovers.since``); asked once, then None.
+        self._restart: tuple[OffsetMap, OffsetMap] | None = None
+        self._restart_checked = False
+        self._rewound: OffsetMap = {}  # where the batch after a rerun starts the queues it cut short
         self._latest: OffsetMap = {}  # the max offsets of the last trigger (an AvailableNow run's at most)
         self._target: OffsetMap | None = None  # the end of an AvailableNow run
         self._since_ms: int | None = None  # when the query started, if it started in this process
@@ -97,6 +104,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._reader is None:
             self._reader = self._open_offsets(self.options)
         return self._reader
+
+    @property
+    def failovers(self) -> Failovers:
+        if self._failovers is None:
+            self._failovers = Failovers(self.offsets, self.options.retry)
+        return self._failovers
 
     @property
     def group(self) -> GroupOffsets:
@@ -148,15 +161,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_map = from_spark(start)
         routes = self.offsets.queues(missing_ok=True)
         self._join_group()  # before anything is stored: a shared group may be an error
+        restarted = self._since_checkpoint(start_map, start)
+        self._restart_checked = True
         # Look for an operator's reset before storing (the store would overwrite it) and before
         # planning a batch: a trigger that does neither looks every IDLE_RESET_CHECK_MS.
         latest = None if self.group.must_look(start_map) else self._max_offsets(routes)
         look = latest is None or _has_news(start_map, self._latest)
-        followed = self.group.follow_resets(start_map, look and not self._shared())
+        # Queues a rerun batch read short start where it stopped, as an operator's reset would.
+        followed = {**self._rewound, **self.group.follow_resets(start_map, look and not self._shared())}
+        self._rewound = {}
         self.group.store_position(start_map, followed)
         self.offsets.running()  # the cluster answered: from now on a failure is waited out
         begins = {**start_map, **followed}
-        facts = self._facts(self._max_offsets(routes) if latest is None else latest, begins)
+        facts = self._facts(self._max_offsets(routes) if latest is None else latest, begins, restarted)
         limited = not isinstance(limit, ReadAllAvailable)
         batch = next_batch(
             start_map,
@@ -171,9 +188,30 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # the batch that runs when enough is there starts at the same resets
         if batch.available:
             self._last_batch_ms = self._clock()
-        if not followed and not batch.first and has_metadata(start) and batch.ends == start_map:
-            return start  # no new batch: the last one's resets and first starts are not new either
-        return to_spark(batch.ends, {q: o for q, o in followed.items() if q in batch.ends}, batch.first)
+        if not followed and not batch.first and batch.ends == start_map:
+            return start  # no new batch: the last one's resets, first starts and store times are not new either
+        self._planned = batch.ends
+        resets = {q: o for q, o in followed.items() if q in batch.ends}
+        return to_spark(batch.ends, resets, batch.first, self._stamps(batch.ends))
+
+    def _stamps(self, ends: Mapping[MessageQueue, int]) -> dict[str, int]:
+        """Per broker name of the batch, the store time of the newest message seen on it: every
+        message below the batch's ends was stored no later (``Failovers.since``)."""
+        stamps: dict[str, int] = {}
+        for queue, (_, stored_ms) in self.offsets.last_stored.items():
+            if queue in ends:
+                stamps[queue.broker_name] = max(stored_ms, stamps.get(queue.broker_name, 0))
+        return stamps
+
+    def _since_checkpoint(self, ends: OffsetMap, nested: Mapping[str, Any]) -> OffsetMap:
+        """For the first batch end a restarted driver is given (it did not plan it), the queues
+        that hold other messages below it since, from where; nothing for any later one."""
+        if self._restart_checked or ends == self._planned:
+            return {}
+        if self._restart is None or self._restart[0] != ends:
+            stamps = stamps_from_spark(nested)
+            self._restart = (ends, self.failovers.since(ends, stamps) if stamps else {})
+        return self._restart[1]
 
     def _shared(self) -> bool:
         """Whether others are registered in the group: their commits are not an operator's reset."""
@@ -186,9 +224,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = latest if target is None else {q: min(o, target[q]) for q, o in latest.items() if q in target}
         return latest
 
-    def _facts(self, latest: OffsetMap, begins: OffsetMap) -> BrokerFacts:
+    def _facts(self, latest: OffsetMap, begins: OffsetMap, restarted: OffsetMap) -> BrokerFacts:
         """What the next batch is planned from: each readable queue's offsets, the queues held for
-        their broker's return, and where queues seen for the first time start."""
+        their broker's return, where queues seen for the first time start, and what failovers
+        lost (``restarted``: what a restarted driver found below the checkpoint's end)."""
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
         # A slave serving while no master is listed may not have copied all the stream has read:
@@ -196,10 +235,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         slave_read = self.offsets.without_master()
         behind = frozenset(q for q, o in latest.items() if q.broker_name in slave_read and o < begins.get(q, o))
         latest = {q: o for q, o in latest.items() if q not in behind}
-        if self._failovers is None:
-            self._failovers = Failovers(self.offsets, self.options.retry)
         # A new master's queue shorter than the stream's start is asked again before it counts as lost.
-        latest, before_failover = self._failovers.settle(begins, latest)
+        latest, before_failover = self.failovers.settle(begins, latest)
+        stopped = {q: Failover(begins[q], kept, stopped=True) for q, kept in restarted.items() if q in begins}
+        before_failover = {**stopped, **before_failover}
         earliest = self.offsets.min_offsets([q for q in latest if begins.get(q) != latest[q]])
         if self._absences is None:
             self._absences = Absences(self.offsets)
@@ -230,8 +269,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         renew = [q for q in end_map if q not in given and (q not in start_map or start_map[q] > end_map[q])]
         earliest = self.offsets.min_offsets(renew) if renew else {}
         full_start = {q: given.get(q, earliest.get(q, start_map.get(q, 0))) for q in end_map}
-        self._batch = (full_start, end_map)
-        return plan_partitions(self.options, full_start, end_map)
+        # A batch from the offset log, run again by a restarted driver: queues that hold other
+        # messages below its end since it was planned (a new master; Spark's own call with
+        # start = end only says where the query stands) are read up to those, and the next batch
+        # starts there, so that the messages stored since are read once.
+        moved = self._since_checkpoint(end_map, end)
+        ends = end_map
+        if moved and full_start != end_map:
+            ends = rerun_ends(full_start, end_map, moved, self.options.fail_on_data_loss)
+            self._rewound = {q: o for q, o in moved.items() if q in end_map}
+            self._restart_checked = True
+        self._batch = (full_start, ends)
+        return plan_partitions(self.options, full_start, ends)
 
     def _standing(self) -> dict[MessageQueue, QueueStanding]:
         """Per queue, the stored offset and the last batch planned (what consumerStatus shows).
