@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codec import Body, RemotingCommand, joined
+from rocketmq_spark.remoting.codec import RemotingCommand, joined
 from rocketmq_spark.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, RocketMQError
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
@@ -76,15 +76,8 @@ class FakeClient(SendingClient):
         self.heartbeats.append(address)
         return call.read(RemotingCommand(code=0, flag=FLAG_RESPONSE, version=self.version), address)
 
-    def submit(
-        self,
-        address: str,
-        code: int,
-        fields: Mapping[str, object] | None = None,
-        body: Body = b"",
-        timeout: float | None = None,
-    ) -> Answer:
-        sent = Sent(address, code, dict(fields or {}), joined(body))
+    def submit(self, address: str, call: Call[object], timeout: float | None = None) -> Answer:
+        sent = Sent(address, call.code, dict(call.fields), joined(call.body))
         assert sent.queue not in self.on_wire, f"two sends on the wire for {sent.queue}"
         self.on_wire.add(sent.queue)
         self.most_on_wire = max(self.most_on_wire, len(self.on_wire))

@@ -187,24 +187,23 @@ class RocketMQClient:
         body: Body = b"",
         timeout: float | None = None,
     ) -> RemotingCommand:
-        """Send one request (signed when credentials are set) and return the raw response."""
-        return self.submit(address, code, fields, body, timeout).result()
+        """Send one raw request and return the raw response, whatever its code (for requests no
+        typed call describes: tooling and tests)."""
+        return self._send(address, RemotingCommand.request(code, fields, body), timeout).result()
 
-    def submit(
-        self,
-        address: str,
-        code: int,
-        fields: Mapping[str, object] | None = None,
-        body: Body = b"",
-        timeout: float | None = None,
-        *,
-        pool: ConnectionPool | None = None,
+    def submit(self, address: str, call: Call[object], timeout: float | None = None) -> Answer:
+        """Send one typed call without waiting for its response (``call.read`` reads it)."""
+        return self._send(address, RemotingCommand.request(call.code, call.fields, call.body), timeout)
+
+    def _send(
+        self, address: str, command: RemotingCommand, timeout: float | None, pool: ConnectionPool | None = None
     ) -> Answer:
-        """Send one request (signed when credentials are set) without waiting for the response."""
-        command = RemotingCommand.request(code, fields, body)
+        """Send one request, signed when credentials are set, over ``pool`` (the control pool by
+        default)."""
         self._requests_sent += 1
         creds = self.config.credentials
         if creds is not None:
+            body = command.body_parts or command.body
             command.ext_fields = sign(
                 command.ext_fields, body, creds.access_key, creds.secret_key, creds.security_token
             )
@@ -218,7 +217,7 @@ class RocketMQClient:
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
         """Send one typed call and read its answer."""
-        return call.read(self.invoke(address, call.code, call.fields, call.body, timeout), address)
+        return call.read(self.submit(address, call, timeout).result(), address)
 
     def call_many(
         self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
@@ -244,7 +243,7 @@ class RocketMQClient:
                 outcomes[index] = unreachable[address]
                 continue
             try:
-                in_flight.append((index, address, call, self.submit(address, call.code, call.fields, call.body)))
+                in_flight.append((index, address, call, self.submit(address, call)))
             except ConnectionFailedError as err:
                 unreachable[address] = outcomes[index] = err
             except RocketMQError as err:
@@ -306,5 +305,6 @@ class RocketMQClient:
             self._requests_sent += 1
             return ReadLater(self._pull_pool().submit(address, request, timeout), read_pull, address)
         fields = calls.pull_fields(spec, offset, max_messages)
-        reply = self.submit(address, codes.RequestCode.PULL_MESSAGE, fields, timeout=timeout, pool=self._pull_pool())
+        command = RemotingCommand.request(codes.RequestCode.PULL_MESSAGE, fields)
+        reply = self._send(address, command, timeout, self._pull_pool())
         return ReadLater(reply, read_pull, address)

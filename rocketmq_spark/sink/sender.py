@@ -103,9 +103,7 @@ class Sender:
             send.answer = _Refused(NoReplicaError(send.queue.broker_name, []))
             return
         try:
-            send.answer = self._producer.client.submit(
-                send.address, send.call.code, send.call.fields, send.call.body, self._timeout_s
-            )
+            send.answer = self._producer.client.submit(send.address, send.call, self._timeout_s)
         except RocketMQError as err:
             send.answer = _Refused(err)
 

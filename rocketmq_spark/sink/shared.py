@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -25,7 +25,6 @@ from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
 from rocketmq_spark.remoting.cluster import shared_cluster
-from rocketmq_spark.remoting.codec import Body
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION
 from rocketmq_spark.remoting.connection import local_ip
 from rocketmq_spark.remoting.membership import HEARTBEAT_INTERVAL_S, WRITER_CLIENT_MARK, producer_heartbeat
@@ -40,14 +39,7 @@ class SendingClient(Protocol):
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T: ...
 
-    def submit(
-        self,
-        address: str,
-        code: int,
-        fields: Mapping[str, object] | None = None,
-        body: Body = b"",
-        timeout: float | None = None,
-    ) -> Answer: ...
+    def submit(self, address: str, call: Call[object], timeout: float | None = None) -> Answer: ...
 
 
 def address_bytes(ip: str) -> bytes:
