@@ -67,7 +67,7 @@ format: $(INSTALLED)
 # (below), which would take make test from about 15 minutes to over 30 on two cores.
 test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs and not double_failover" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The distributions as a user gets them: sdist and wheel built and checked with twine, and the
 # wheel with its connect extra serving a stream through Spark Connect, in a fresh virtualenv on
@@ -104,7 +104,7 @@ unit: $(INSTALLED)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 integration: $(INSTALLED) $(RMQ_CLASSPATH)
-	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs and not double_failover" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset of the source and the sink against one release (test_versions.py,
 # test_sink_versions.py), e.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on 5.x, where
@@ -122,17 +122,18 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised; then the
 # failovers of replicated clusters of their own (integration/tests/test_failover.py): master-slave
 # on 5.3.3 (with and without slave reads) and 4.9.7, a DLedger group, controller mode, a batch read
-# served by a slave. About 16 minutes on 2 cores (docs/development/testing.md).
-# A DLedger group that loses two leaders in a row under steady sends and a stream
-# (integration/tests/test_double_failover.py). Kept out of make faults and CI while its loss path
-# fails on a known gap (after a restart, new messages at lost offsets are skipped; docs/offsets.md).
+# served by a slave; and a DLedger group that loses two leaders in a row under steady sends, so
+# that RocketMQ may lose acknowledged messages (integration/tests/test_double_failover.py, about 6
+# minutes; make double-failover runs it alone). About 22 minutes on 2 cores
+# (docs/development/testing.md). FAULTS_LEAVE=<marker> leaves a marked part out: CI runs the
+# double failover in its other lane, to balance the two.
 double-failover: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m double_failover $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest -m faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest -m "faults$(if $(FAULTS_LEAVE), and not $(FAULTS_LEAVE))" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The main job: orders into RocketMQ, a stream of the paid ones into parquet, committed offsets.
 # The script needs only the installed package and a name server (ROCKETMQ_PORT_OFFSET moves the
