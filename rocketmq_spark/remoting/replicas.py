@@ -61,11 +61,31 @@ def rejected(error: RocketMQError) -> bool:
     return REJECTED_REMARK in str(error)
 
 
+def _again(missing: TopicNotFoundError) -> TopicNotFoundError:
+    """The name server's "no such topic" once more, as a new error: one raised in several threads
+    would gather each one's traceback."""
+    return TopicNotFoundError(missing.code, missing.remark, request_code=missing.request_code, address=missing.address)
+
+
 @dataclass
 class _Topic:
     route: TopicRoute | None = None
     asked_at: float | None = None  # when the name server was last asked
     stale: bool = False  # a failure since then: ask again as soon as MIN_ROUTE_REFRESH_S allows
+    asks: int = 0  # how many times the name server was asked, the one under way included
+    held: int = 0  # which of those asks gave ``route``: an older answer never replaces a newer one
+    missing: TopicNotFoundError | None = None  # the last answer, when it was "no such topic"
+
+    def due(self, now: float, suspect: bool) -> bool:
+        """The one refresh rule: ask when it is older than ``ROUTE_REFRESH_S``, or when it is
+        suspect (a failure, a caller's doubt, a topic not found) and at least
+        ``MIN_ROUTE_REFRESH_S`` old. The limit wins over a caller's doubt: a broker that stays
+        down fails every request, and each would otherwise be a name-server request too."""
+        if self.asked_at is None or (self.route is None and self.missing is None):
+            return True  # no answer to reuse
+        age = now - self.asked_at
+        doubted = suspect or self.stale or self.route is None
+        return age >= ROUTE_REFRESH_S or (doubted and age >= MIN_ROUTE_REFRESH_S)
 
 
 @dataclass
@@ -73,7 +93,8 @@ class Replicas:
     """The routes of the topics a process reads or writes, and the addresses that failed lately.
 
     Safe to share between threads (one lock); the driver and every task of an executor process
-    ask one per client configuration.
+    ask one per client configuration. Whether the name server is asked is decided here alone
+    (``_Topic.due``), whatever callers think of the route they hold.
     """
 
     fetch_route: Callable[[str], TopicRoute]
@@ -84,33 +105,67 @@ class Replicas:
     _suggested: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (topic, broker, queue) -> id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def route(self, topic: str, fresh: bool = False) -> TopicRoute:
-        """The topic's route, asked again when older than ``ROUTE_REFRESH_S``, after a failure
-        (at most every ``MIN_ROUTE_REFRESH_S``), or when ``fresh``."""
+    def route(self, topic: str, suspect: bool = False) -> TopicRoute:
+        """The topic's route, asked again when older than ``ROUTE_REFRESH_S``, or when it is
+        ``suspect`` or a failure was reported since, but then at most every ``MIN_ROUTE_REFRESH_S``:
+        within that second the route held is the answer."""
         with self._lock:
             entry = self._topics.setdefault(topic, _Topic())
             now = self.clock()
-            age = None if entry.asked_at is None else now - entry.asked_at
-            due = (
-                entry.route is None
-                or fresh
-                or age is None
-                or age >= ROUTE_REFRESH_S
-                or (entry.stale and age >= MIN_ROUTE_REFRESH_S)
-            )
-            if not due:
-                assert entry.route is not None
+            if not entry.due(now, suspect):
+                entry.stale = entry.stale or suspect  # the doubt is kept: asked once the limit allows
+                if entry.route is None:
+                    assert entry.missing is not None
+                    raise _again(entry.missing)
                 return entry.route
             entry.asked_at, entry.stale = now, False
+            entry.asks += 1
+            ask = entry.asks
         try:
             route = self.fetch_route(topic)
-        except TopicNotFoundError:
-            with self._lock:
-                entry.route = None
+        except TopicNotFoundError as err:
+            self._answered(entry, ask, None, err)
             raise
-        with self._lock:
-            entry.route = route
+        except Exception:
+            with self._lock:
+                entry.stale = True  # no answer: what was suspect still is, and is asked after the limit
+            raise
+        self._answered(entry, ask, route)
         return route
+
+    def _answered(
+        self, entry: _Topic, ask: int, route: TopicRoute | None, missing: TopicNotFoundError | None = None
+    ) -> None:
+        """Keep the name server's answer to ask number ``ask``, unless a later ask's answer came
+        first (threads ask at once): what ``asked_after`` tells must hold for the route held."""
+        with self._lock:
+            if ask >= entry.held:
+                entry.route, entry.held, entry.missing = route, ask, missing
+
+    def asks(self, topic: str) -> int:
+        """How many times the topic's route was asked so far: a mark taken at some moment, for
+        ``asked_after``."""
+        with self._lock:
+            entry = self._topics.get(topic)
+            return 0 if entry is None else entry.asks
+
+    def asked_after(self, topic: str, mark: int) -> bool:
+        """Whether the route held now was asked after ``mark`` (``asks`` at that moment) was taken:
+        it then tells what the name server knew at that moment, or later."""
+        with self._lock:
+            entry = self._topics.get(topic)
+            return entry is not None and entry.held > mark
+
+    def suspect(self, topic: str | None = None) -> None:
+        """The routes of ``topic`` (of every topic if None) may be out of date (a broker lists
+        queues they lack, say): asked again as soon as ``MIN_ROUTE_REFRESH_S`` allows."""
+        with self._lock:
+            self._stale(topic)
+
+    def _stale(self, topic: str | None) -> None:
+        for name, entry in self._topics.items():
+            if topic is None or name == topic:
+                entry.stale = True
 
     def read_replicas(self, topic: str, broker_name: str, queue_id: int | None = None) -> list[tuple[int, str]]:
         """The replicas to pull a queue of ``broker_name`` from, as (broker id, address), best
@@ -155,9 +210,7 @@ class Replicas:
         which says nothing of it once the routes list it as the master."""
         with self._lock:
             self._passed_over[address] = (self.clock() + PASSED_OVER_S, as_slave)
-            for name, entry in self._topics.items():
-                if topic is None or name == topic:
-                    entry.stale = True
+            self._stale(topic)
             # A hint that named a replica that just failed is dropped.
             self._suggested = {k: v for k, v in self._suggested.items() if topic is not None and k[0] != topic}
 

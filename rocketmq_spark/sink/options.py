@@ -43,7 +43,8 @@ DEFAULT_RETRIES = 2
 DEFAULT_COMPRESS_BODY_OVER_BYTES = 4096
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 # The pause before an ordered or explicit-queue send is tried again on its own queue (a send that
-# may go elsewhere goes to another broker at once).
+# may go elsewhere goes to another broker at once); at least remoting.replicas'
+# MIN_ROUTE_REFRESH_S, so the route the retry takes was asked after the failure.
 PINNED_RETRY_PAUSE_S = 1.0
 # Answers after which the Java producer sends again (DefaultMQProducer.retryResponseCodes), besides
 # the errors that say a retry can fix them: the sink retries what the Java producer retries.

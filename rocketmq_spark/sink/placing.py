@@ -53,8 +53,9 @@ class Placer:
             self._producer.replicas.failed(address, queue.topic)
 
     def refresh(self, queue: MessageQueue) -> str | None:
-        """The queue's master after asking the name server again: a pinned send waits for its own."""
-        self._picker.route(queue.topic, fresh=True)
+        """The queue's master once the route is asked again (within ``MIN_ROUTE_REFRESH_S`` of the
+        last ask, the same route): a pinned send waits for its own, pausing between attempts."""
+        self._picker.route(queue.topic, suspect=True)
         return self._picker.master(queue)
 
     def target(
@@ -75,7 +76,7 @@ class Placer:
             if five_x is None:
                 if pinned:  # its queue or none: wait for the broker, or a new master
                     attempts.pause()
-                    self._picker.route(queue.topic, fresh=True)
+                    self._picker.route(queue.topic, suspect=True)
                 else:
                     avoid = queue.broker_name
                 continue

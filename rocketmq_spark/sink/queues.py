@@ -36,7 +36,7 @@ class RouteSource(Protocol):
     """What the picker needs of ``remoting.replicas.Replicas``: the topic's current route, and
     whether an address failed lately."""
 
-    def route(self, topic: str, fresh: bool = False) -> TopicRoute: ...
+    def route(self, topic: str, suspect: bool = False) -> TopicRoute: ...
 
     def passed_over(self, address: str) -> bool: ...
 
@@ -57,14 +57,16 @@ class QueuePicker:
         self._publish: dict[str, tuple[TopicRoute, list[MessageQueue], list[str | None]]] = {}
         self._recent: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (until when, route)
 
-    def route(self, topic: str, fresh: bool = False) -> TopicRoute:
-        """The topic's route, reused for ``ROUTE_REUSE_S`` unless ``fresh``."""
+    def route(self, topic: str, suspect: bool = False) -> TopicRoute:
+        """The topic's route, reused for ``ROUTE_REUSE_S`` unless ``suspect`` (a send failed):
+        then the shared routes are asked, which ask the name server again once their limit
+        (``MIN_ROUTE_REFRESH_S``) allows, so a failed send sees a new route within a second."""
         now = self._clock()
         recent = self._recent.get(topic)
-        if recent is not None and recent[0] > now and not fresh:
+        if recent is not None and recent[0] > now and not suspect:
             return recent[1]
         try:
-            route = self._routes.route(topic, fresh)
+            route = self._routes.route(topic, suspect)
         except TopicNotFoundError as err:
             raise RowError(
                 f"topic {topic} does not exist ({err}). The sink creates no topics: create it first "

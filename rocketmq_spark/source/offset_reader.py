@@ -98,11 +98,11 @@ class OffsetReader:
         """Registered brokers that did not answer a running stream, since when."""
         return self.routes.unreachable
 
-    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
+    def queues(self, missing_ok: bool = False, suspect: bool = False) -> dict[MessageQueue, str]:
         """Every readable queue of the source's topics, with the address its offsets are asked at;
         a topic the name server does not know is a configuration error (unless ``missing_ok``)."""
         try:
-            return self.routes.queues(missing_ok, fresh)
+            return self.routes.queues(missing_ok, suspect)
         except UnknownTopicError as err:
             raise ConfigurationError(
                 TOPIC,
@@ -218,8 +218,9 @@ class OffsetReader:
     def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
         """Each queue's next offset; the min offsets come with them where topic stats answer.
 
-        A broker that does not answer sends the routes to be asked again at once: its queues are
-        left out if it is no longer registered (the caller waits for them). If it is still
+        A broker that does not answer sends the routes to be asked again (as soon as
+        ``MIN_ROUTE_REFRESH_S`` allows; anyone but a running stream waits for that): its queues
+        are left out if it is no longer registered (the caller waits for them). If it is still
         registered, a running stream (``hold_unreachable``) leaves its queues out too and reads
         the other brokers' (a hung host, a network partition), unless no broker has answered for
         ``retryBudgetMs``; anyone else asks its queues one by one under the retry policy.
@@ -233,7 +234,13 @@ class OffsetReader:
         }
         latest = {q: s.max_offset for q, s in stats.items()}
         if unanswered:
-            routed = self.queues(missing_ok=True, fresh=True)
+            # A stream holds what a route from before the failure still lists (see
+            # ``hold_unreachable``); anyone else waits for a route asked after it.
+            routed = (
+                self.queues(missing_ok=True, suspect=True)
+                if hold_unreachable
+                else self.routes.queues_since(self.routes.marks())
+            )
             wanted = [q for q in wanted if q in routed]
         if hold_unreachable:
             wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)

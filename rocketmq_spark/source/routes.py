@@ -7,8 +7,9 @@ where the group's offsets are stored (none while a broker name has no master: th
 brokers that are registered but do not answer, and brokers reached at a new address or over a new
 connection (a restart, an election), whose stored offsets must be written again.
 
-Routes come from the name server at most every ``ROUTE_REFRESH_S``, and again at once after a
-broker request failed (a broker that went away) or a broker listed queues the route lacks.
+Routes come from the name server at most every ``ROUTE_REFRESH_S``, and again after a broker
+request failed (a broker that went away) or a broker listed queues the route lacks, as soon as
+``MIN_ROUTE_REFRESH_S`` allows: ``remoting.replicas`` alone decides when the name server is asked.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functools import partial
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RocketMQError, TopicNotFoundError
-from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S, Replicas
+from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
 
 __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
@@ -28,6 +29,18 @@ __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
 
 class UnroutedQueueError(RocketMQError):
     """A queue asked about that the topic's route does not list (any more)."""
+
+
+class RoutesNotAskedError(RocketMQError):
+    """Routes asked after some moment are wanted, and the name server was not asked since: it is
+    asked at most every ``MIN_ROUTE_REFRESH_S`` per topic, so a pause gets them."""
+
+    retriable = True
+
+    def __init__(self, topics: list[str]) -> None:
+        super().__init__(
+            f"the routes of {', '.join(topics)} were not asked again yet (at most every {MIN_ROUTE_REFRESH_S:g} s)"
+        )
 
 
 class UnknownTopicError(RocketMQError):
@@ -57,7 +70,6 @@ class QueueRoutes:
         self._clock = clock
         self._addresses: dict[MessageQueue, str] = {}  # where each queue's offsets are asked
         self._masters: dict[str, str] = {}  # broker name -> its master's address, where one is listed
-        self._routes_at: float | None = None
         # Per watcher (storing offsets, the data-loss check), broker name -> (master address,
         # connections) at its last look: each watcher sees every change once.
         self._seen: dict[str, dict[str, tuple[str, int]]] = {}
@@ -65,34 +77,54 @@ class QueueRoutes:
         # their queues are held, as those of a broker that went away are (see ``hold_unreachable``).
         self.unreachable: dict[str, float] = {}
 
-    def queues(self, missing_ok: bool = False, fresh: bool = False) -> dict[MessageQueue, str]:
+    def queues(self, missing_ok: bool = False, suspect: bool = False) -> dict[MessageQueue, str]:
         """Every readable queue of the source's topics, with the address to ask its offsets at.
 
-        Routes younger than ``ROUTE_REFRESH_S`` are reused unless ``fresh``. A topic the name
-        server does not know raises ``UnknownTopicError`` (a configuration error when a query
-        starts, which the caller, who knows the options, says); once a query runs (``missing_ok``)
-        it means that no broker serving the topic is registered right now.
+        The routes are those ``Replicas`` holds, asked again by its one rule (``suspect``: the
+        caller doubts them, as after a failure; the name server is still asked at most every
+        ``MIN_ROUTE_REFRESH_S``). A topic the name server does not know raises
+        ``UnknownTopicError`` (a configuration error when a query starts, which the caller, who
+        knows the options, says); once a query runs (``missing_ok``) it means that no broker
+        serving the topic is registered right now.
         """
-        now = self._clock()
-        if not fresh and self._routes_at is not None and now - self._routes_at < ROUTE_REFRESH_S:
-            return dict(self._addresses)
         found: dict[MessageQueue, str] = {}
         masters: dict[str, str] = {}
         for topic in self.topics:
             try:
-                route = self.retry.call(partial(self.replicas.route, topic, fresh=True), f"route of {topic}")
+                route = self.retry.call(partial(self.replicas.route, topic, suspect), f"route of {topic}")
             except TopicNotFoundError as err:
                 if missing_ok:
                     continue
                 raise UnknownTopicError(topic, err) from err
             masters.update({name: b.master_address for name, b in route.brokers.items() if b.master_address})
+            first: dict[str, str | None] = {}  # broker name -> the replica its offsets are asked at
             for queue in route.readable_queues():
-                replicas = self.replicas.read_replicas(topic, queue.broker_name)
-                if replicas:
-                    found[queue] = replicas[0][1]
+                if queue.broker_name not in first:
+                    replicas = self.replicas.read_replicas(topic, queue.broker_name)
+                    first[queue.broker_name] = replicas[0][1] if replicas else None
+                address = first[queue.broker_name]
+                if address is not None:
+                    found[queue] = address
         self._addresses, self._masters = found, masters  # replaced whole: other threads read them
-        self._routes_at = now
         return dict(found)
+
+    def marks(self) -> dict[str, int]:
+        """Per topic, how many times its route was asked so far: taken when a failure is seen,
+        for ``queues_since``."""
+        return {topic: self.replicas.asks(topic) for topic in self.topics}
+
+    def queues_since(self, marks: Mapping[str, int]) -> dict[MessageQueue, str]:
+        """``queues(missing_ok=True)`` from routes asked after ``marks`` were taken, waiting for
+        ``Replicas``' limit through the retry policy's pauses: a route from before a failure may
+        still list a broker that went away, and a read that cannot hold its queues (a batch)
+        must not plan them from it. Once the policy gives up, the routes held are the answer."""
+        attempts = self.retry.start()
+        while True:
+            found = self.queues(missing_ok=True, suspect=True)
+            late = sorted(t for t, mark in marks.items() if not self.replicas.asked_after(t, mark))
+            if not late or not attempts.again(RoutesNotAskedError(late)):
+                return found
+            attempts.pause()
 
     @property
     def listed(self) -> Mapping[MessageQueue, str]:
@@ -100,18 +132,19 @@ class QueueRoutes:
         return self._addresses
 
     def changed(self, failed: Iterable[str] = ()) -> None:
-        """Ask the name server again next time: a broker failed (its ``failed`` addresses are asked
-        last while another replica is listed) or knows queues the route lacks."""
+        """Ask the name server again as soon as ``MIN_ROUTE_REFRESH_S`` allows: a broker failed
+        (its ``failed`` addresses are asked last while another replica is listed) or knows queues
+        the route lacks."""
         for address in failed:
             self.replicas.failed(address)
-        self._routes_at = None
+        self.replicas.suspect()
 
     def address(self, queue: MessageQueue) -> str:
         """Where the queue's offsets are asked. A queue no route lists raises ``UnroutedQueueError``:
         the queues users name are checked against the routes before any is asked about
         (``starts.check_queues_exist``), so this one came from a route that changed since."""
         if queue not in self._addresses:
-            self.queues(fresh=True)
+            self.queues(suspect=True)
         if queue not in self._addresses:
             raise UnroutedQueueError(f"queue {queue} is not in its topic's route (the route changed?)")
         return self._addresses[queue]
@@ -139,7 +172,12 @@ class QueueRoutes:
 
         A stopped or restarting broker drops out of the routes; its queues come back with it, so
         they are waited for, not lost; so are those of a registered broker that does not answer.
-        A queue whose broker is up but no longer lists it is gone.
+        A queue whose broker is up but no longer lists it is gone, once a route asked after the
+        live brokers' answer says so: a broker that registered again between an older route and
+        that answer lists its queues again by now. The route is asked again only as the one rule
+        of ``Replicas`` allows (at most every ``MIN_ROUTE_REFRESH_S``); until one asked after the
+        answer comes, such a queue is waited for (a trigger later), as calling it gone would lose
+        its unread messages, and waiting out the limit here would hold up the whole trigger.
         """
         queues = set(absent)
         if not queues:
@@ -147,10 +185,16 @@ class QueueRoutes:
         live = self.retry.call(self.client.live_brokers, "cluster info")
         if live is None:
             return queues
-        # A broker that registered again between the routes and this answer lists its queues
-        # again by now: only a queue still missing from fresh routes is gone.
-        back = self.queues(missing_ok=True, fresh=True)
-        return {q for q in queues if q.broker_name not in live or q in back or q.broker_name in self.unreachable}
+        marks = {topic: self.replicas.asks(topic) for topic in {q.topic for q in queues}}
+        back = self.queues(missing_ok=True, suspect=True)
+        return {
+            q
+            for q in queues
+            if q.broker_name not in live
+            or q in back
+            or q.broker_name in self.unreachable
+            or not self.replicas.asked_after(q.topic, marks[q.topic])
+        }
 
     def take_new_masters(self, watcher: str) -> frozenset[str]:
         """Broker names whose master this driver reaches at a new address (an election, a slave

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, ConnectionFailedError, NoReplicaError
+from rocketmq_spark.remoting.errors import (
+    BrokerResponseError,
+    ConnectionFailedError,
+    NoReplicaError,
+    TopicNotFoundError,
+)
 from rocketmq_spark.remoting.replicas import (
     MIN_ROUTE_REFRESH_S,
     PASSED_OVER_S,
@@ -140,3 +145,114 @@ def test_an_error_after_trying_names_every_address_tried() -> None:
     cause = ConnectionFailedError("cannot connect to 127.0.0.1:10911")
     error = NoReplicaError("broker-a", [MASTER, SLAVE], cause)
     assert MASTER in str(error) and SLAVE in str(error) and "broker-a" in str(error)
+
+
+def test_a_suspect_route_is_asked_again_at_most_once_per_limit() -> None:
+    """Callers that doubt the route (a failed request, a queue it lacks) ask for it often; a broker
+    that stays down must not turn each of them into a name-server request."""
+    found, names, clock = replicas({0: MASTER})
+    found.route(TOPIC)
+    for _ in range(5):
+        clock.now += MIN_ROUTE_REFRESH_S / 10
+        found.route(TOPIC, suspect=True)
+    assert names.asked == 1
+    clock.now += MIN_ROUTE_REFRESH_S / 2  # a second since the last ask
+    found.route(TOPIC, suspect=True)
+    assert names.asked == 2
+    found.route(TOPIC, suspect=True)
+    assert names.asked == 2
+
+
+def test_a_doubt_within_the_limit_is_kept_until_the_limit_allows_an_ask() -> None:
+    found, names, clock = replicas({0: MASTER})
+    found.route(TOPIC)
+    found.route(TOPIC, suspect=True)  # too soon: the route held is the answer
+    clock.now += MIN_ROUTE_REFRESH_S
+    found.route(TOPIC)  # an undoubting caller a second later gets routes asked after the doubt
+    assert names.asked == 2
+    clock.now += MIN_ROUTE_REFRESH_S
+    found.route(TOPIC)  # nothing doubted since: reused until ROUTE_REFRESH_S
+    assert names.asked == 2
+
+
+@pytest.mark.parametrize("how", ["failed", "suspect"])
+def test_a_stale_mark_is_asked_again_once_the_limit_allows(how: str) -> None:
+    found, names, clock = replicas({0: MASTER})
+    found.route(TOPIC)
+    if how == "failed":
+        found.failed(MASTER, TOPIC)
+    else:
+        found.suspect(TOPIC)  # a broker lists queues the route lacks
+    found.route(TOPIC)
+    clock.now += MIN_ROUTE_REFRESH_S - 0.1
+    found.route(TOPIC)
+    assert names.asked == 1
+    clock.now += 0.1
+    found.route(TOPIC)
+    assert names.asked == 2
+
+
+def test_a_route_that_could_not_be_asked_stays_suspect() -> None:
+    found, names, clock = replicas({0: MASTER})
+    found.route(TOPIC)
+    down = ConnectionFailedError("cannot connect to the name server")
+
+    def failing(topic: str) -> TopicRoute:
+        names.asked += 1
+        raise down
+
+    found.fetch_route = failing
+    clock.now += MIN_ROUTE_REFRESH_S
+    with pytest.raises(ConnectionFailedError):
+        found.route(TOPIC, suspect=True)
+    found.fetch_route = names.route
+    assert found.route(TOPIC).brokers["broker-a"].addresses == {0: MASTER}  # within the limit: the old route
+    clock.now += MIN_ROUTE_REFRESH_S
+    found.route(TOPIC)  # asked again a second later, though no caller doubts it now
+    assert names.asked == 3
+
+
+def test_routes_asked_after_a_mark_are_told_from_older_ones_and_never_replaced_by_them() -> None:
+    found, names, clock = replicas({0: MASTER})
+    mark = found.asks(TOPIC)
+    assert not found.asked_after(TOPIC, mark)
+    found.route(TOPIC)
+    assert found.asked_after(TOPIC, mark) and not found.asked_after(TOPIC, found.asks(TOPIC))
+    # Two threads ask at once: the older ask's answer, given last, does not replace the newer one.
+    late = True
+
+    def slow(topic: str) -> TopicRoute:
+        nonlocal late
+        old = names.route(topic)
+        if late:
+            late = False
+            names.addresses = {0: OTHER}
+            clock.now += MIN_ROUTE_REFRESH_S
+            found.route(TOPIC, suspect=True)  # the other thread's ask, answered first
+        return old
+
+    found.fetch_route = slow
+    clock.now += MIN_ROUTE_REFRESH_S
+    mark = found.asks(TOPIC)
+    found.route(TOPIC, suspect=True)
+    assert found.master(TOPIC, "broker-a") == OTHER
+    assert found.asked_after(TOPIC, mark)
+
+
+def test_a_topic_not_found_is_the_answer_for_a_second_then_asked_again() -> None:
+    found, names, clock = replicas({0: MASTER})
+    known = names.route
+
+    def unknown(topic: str) -> TopicRoute:
+        names.asked += 1
+        raise TopicNotFoundError(17, f"No topic route info in name server for the topic: {topic}")
+
+    found.fetch_route = unknown
+    for _ in range(3):
+        with pytest.raises(TopicNotFoundError, match="No topic route info"):
+            found.route(TOPIC, suspect=True)
+    assert names.asked == 1
+    found.fetch_route = known  # the topic is created
+    clock.now += MIN_ROUTE_REFRESH_S
+    assert found.master(TOPIC, "broker-a") == MASTER
+    assert names.asked == 2

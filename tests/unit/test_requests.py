@@ -7,6 +7,8 @@ offsets in header fields), so the calls' own readers run as they do against a re
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from rocketmq_spark.remoting.calls import parse_topic_stats
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode
 from rocketmq_spark.remoting.errors import DataLossError
+from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import from_spark
 from rocketmq_spark.source.option_model import ReadKind
@@ -24,7 +27,17 @@ from tests.fakes import FakeBrokers
 from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3
 
 
-def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def started(
+    brokers: FakeBrokers, clock: Callable[[], float] = time.monotonic
+) -> tuple[RocketMQStreamReader, dict[str, Any]]:
     """A stream of both topics after its first trigger and commit: the next trigger is idle."""
     options = parse_options(
         {
@@ -35,7 +48,7 @@ def started(brokers: FakeBrokers) -> tuple[RocketMQStreamReader, dict[str, Any]]
         },
         kind=ReadKind.STREAM,
     )
-    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers, clock=clock))  # type: ignore[arg-type]
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     reader.commit(end)
     return reader, end
@@ -181,16 +194,18 @@ def test_topic_stats_read_fastjson_object_keys() -> None:
 
 
 def test_a_broker_that_left_while_routes_were_cached_is_waited_for_not_retried() -> None:
-    brokers = FakeBrokers(16)
-    reader, end = started(brokers)
+    brokers, clock = FakeBrokers(16), Clock()
+    reader, end = started(brokers, clock)
     brokers.away.add("broker-1")
+    clock.now += MIN_ROUTE_REFRESH_S  # the routes are asked again after a failure, at most this often
     later = reader.latestOffset(end, ReadAllAvailable())
     assert later == end  # its queues keep their offsets until it is back
     assert brokers.sent.count(RequestCode.GET_ROUTEINFO_BY_TOPIC) > len(TOPICS)  # the routes were asked again
     brokers.away.clear()
     for queue in brokers.max:
         brokers.max[queue] += 1
-    reader.offsets.queues(fresh=True)
+    clock.now += MIN_ROUTE_REFRESH_S
+    reader.offsets.queues(suspect=True)
     assert from_spark(reader.latestOffset(later, ReadAllAvailable())) == brokers.max
 
 

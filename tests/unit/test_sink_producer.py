@@ -14,8 +14,9 @@ from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
-from rocketmq_spark.remoting.replicas import Replicas
+from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.sink import producer as producer_module
 from rocketmq_spark.sink import sender as sender_module
 from rocketmq_spark.sink.messages import Row, RowError
@@ -242,3 +243,34 @@ def test_a_pinned_row_waits_for_its_broker_to_take_heartbeats_again() -> None:
     sending.add(Row("t", b"x", broker_name="a", queue_id=0))
     sending.close()
     assert [(s.address, s.queue) for s in client.sent] == [("a:1", ("a", 0))]
+
+
+def test_a_pinned_send_that_failed_goes_to_the_master_the_routes_list_after_its_pause() -> None:
+    """The routes are asked again at most once per second; the pause before a pinned send is
+    tried again is that long, so the retry goes where the name server says then."""
+    assert PINNED_RETRY_PAUSE_S >= MIN_ROUTE_REFRESH_S
+    now = [0.0]
+    moved = {"a": "a:1"}
+    asked: list[float] = []
+
+    def fetch(topic: str) -> TopicRoute:
+        asked.append(now[0])
+        listed = route()
+        return dataclasses.replace(listed, brokers={**listed.brokers, "a": BrokerData("a", {0: moved["a"]})})
+
+    def pause(seconds: float) -> None:
+        moved["a"] = "a:2"  # a new master elected while the send waits
+        now[0] += seconds
+
+    lost = ConnectionFailedError("connection to a:1 lost", "a:1")
+    client = FakeClient({"a:1": [lost]})
+    parsed = parse_sink_options({"nameServer": "h:1"})
+    clock = lambda: now[0]  # noqa: E731
+    shared = WorkerProducer(client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(fetch, clock))
+    sending = TaskProducer(
+        parsed, shared, dataclasses.replace(sink_retry(parsed), sleep=pause), QueuePicker(shared.replicas, clock)
+    )
+    sending.add(Row("t", b"x", broker_name="a", queue_id=0))
+    sending.close()
+    assert [(s.address, s.queue) for s in client.sent] == [("a:1", ("a", 0)), ("a:2", ("a", 0))]
+    assert asked == [0.0, PINNED_RETRY_PAUSE_S]

@@ -125,7 +125,7 @@ class Routes:
     def __init__(self, current: TopicRoute | None) -> None:
         self.current = current
 
-    def route(self, topic: str, fresh: bool = False) -> TopicRoute:
+    def route(self, topic: str, suspect: bool = False) -> TopicRoute:
         if self.current is None:
             raise TopicNotFoundError(17, "No topic route info in name server for the topic: t")
         return self.current

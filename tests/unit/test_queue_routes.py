@@ -1,0 +1,108 @@
+"""The driver's routes (``source/routes.py``) under the one refresh rule of ``remoting.replicas``:
+however often the driver doubts its routes, the name server is asked at most once per
+``MIN_ROUTE_REFRESH_S`` per topic, and no queue of a live broker is called gone from a route
+asked before the broker's live answer. Against the fake brokers of tests/fakes.py, on a clock
+that only the test and the retries' pauses move."""
+
+from __future__ import annotations
+
+from rocketmq_spark.remoting.codes import RequestCode
+from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.source.routes import QueueRoutes
+from tests.fakes import FakeBrokers
+from tests.support import TOPICS
+
+BUDGET_S = 30.0
+AWAY = "broker-1"
+
+
+class Clock:
+    """The routes' and the retries' time: a retry's pause moves it on."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def queue_routes(brokers: FakeBrokers, clock: Clock, retry: Retry | None = None) -> QueueRoutes:
+    policy = retry or Retry(budget_s=BUDGET_S, sleep=clock.sleep, clock=clock)
+    return QueueRoutes(TOPICS, brokers, policy, BUDGET_S, clock)  # type: ignore[arg-type]
+
+
+def routes_asked(brokers: FakeBrokers) -> int:
+    return brokers.sent.count(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+
+
+def test_doubting_callers_ask_the_name_server_at_most_once_per_limit() -> None:
+    brokers, clock = FakeBrokers(2), Clock()
+    routes = queue_routes(brokers, clock)
+    routes.queues()
+    for _ in range(5):  # a broker that stays down: every request fails and doubts the routes
+        clock.now += MIN_ROUTE_REFRESH_S / 10
+        routes.changed(failed=[brokers.address(AWAY)])
+        routes.queues(suspect=True)
+    assert routes_asked(brokers) == len(TOPICS)
+    clock.now += MIN_ROUTE_REFRESH_S / 2
+    routes.queues()  # the failures' mark: asked once the limit allows, by any caller
+    assert routes_asked(brokers) == 2 * len(TOPICS)
+    clock.now += ROUTE_REFRESH_S - MIN_ROUTE_REFRESH_S / 10
+    routes.queues()
+    assert routes_asked(brokers) == 2 * len(TOPICS)
+    clock.now += MIN_ROUTE_REFRESH_S / 10  # nothing failed: asked again when the routes age
+    routes.queues()
+    assert routes_asked(brokers) == 3 * len(TOPICS)
+
+
+def test_a_live_broker_s_queue_missing_from_a_route_asked_before_its_live_answer_waits() -> None:
+    brokers, clock = FakeBrokers(2), Clock()
+    routes = queue_routes(brokers, clock)
+    brokers.away.add(AWAY)
+    theirs = {q for q in brokers.max if q.broker_name == AWAY}
+    assert not theirs & routes.queues().keys()
+    brokers.away.clear()  # it registers again, and its queues are routed again at once
+    clock.now += MIN_ROUTE_REFRESH_S / 2
+    asked = routes_asked(brokers)
+    # Live, missing from the routes held, which were asked before the live answer: waited for,
+    # not gone, and no name-server request within the limit.
+    assert routes.unavailable(theirs) == theirs
+    assert routes_asked(brokers) == asked
+    brokers.queues_per_broker = 1  # meanwhile readQueueNums was lowered: queue 1 left the routes
+    clock.now += MIN_ROUTE_REFRESH_S / 2
+    gone = {q for q in theirs if q.queue_id == 1}
+    assert gone and routes.unavailable(theirs) == theirs - gone  # a route asked after the answer says so
+    assert routes_asked(brokers) == asked + len(TOPICS)
+    assert theirs - gone <= routes.queues().keys()
+
+
+def test_a_broker_that_is_not_registered_is_waited_for_whatever_the_routes_say() -> None:
+    brokers, clock = FakeBrokers(2), Clock()
+    routes = queue_routes(brokers, clock)
+    routes.queues()
+    brokers.away.add(AWAY)
+    theirs = {q for q in brokers.max if q.broker_name == AWAY}
+    assert routes.unavailable(theirs) == theirs
+    clock.now += MIN_ROUTE_REFRESH_S
+    assert routes.unavailable(theirs) == theirs
+
+
+def test_routes_wanted_after_a_failure_are_waited_for_through_the_retry_pauses() -> None:
+    brokers, clock = FakeBrokers(2), Clock()
+    routes = queue_routes(brokers, clock)
+    routes.queues()
+    brokers.away.add(AWAY)
+    routes.changed(failed=[brokers.address(AWAY)])
+    found = routes.queues_since(routes.marks())
+    assert MIN_ROUTE_REFRESH_S <= clock.now < 2 * MIN_ROUTE_REFRESH_S  # paused just past the limit
+    assert routes_asked(brokers) == 2 * len(TOPICS)
+    assert found and not {q.broker_name for q in found} & {AWAY}
+    # A policy that does not retry takes the routes held: no new failure, as before the limit.
+    once = queue_routes(brokers, clock, Retry(budget_s=BUDGET_S, sleep=clock.sleep, clock=clock).once())
+    once.queues()
+    brokers.away.clear()
+    assert AWAY not in {q.broker_name for q in once.queues_since(once.marks())}
