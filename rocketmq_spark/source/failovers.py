@@ -90,7 +90,9 @@ class Failovers:
         queue shorter than its end is asked again for up to ``retryBudgetMs`` first, as a new
         master's is while the query runs.
         """
-        queues = [q for q in ends if q.broker_name in stamps]
+        # Queues of a broker that is away now are left out: they wait for it, as planned.
+        routed = self._offsets.queues(missing_ok=True)
+        queues = [q for q in ends if q.broker_name in stamps and q in routed]
         latest = self._offsets.max_offsets(queues, hold_unreachable=True) if queues else {}
         short = [q for q, o in latest.items() if o < ends[q]]
         if short:

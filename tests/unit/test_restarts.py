@@ -139,3 +139,15 @@ def test_rerun_ends_cut_only_the_queues_that_changed() -> None:
     c0 = MessageQueue("orders", "broker-c", 0)
     starts, ends = {A0: 95, A1: 95, c0: 10}, {A0: 100, A1: 100, c0: 20}
     assert rerun_ends(starts, ends, {A0: 92, c0: 15}, fail_on_data_loss=False) == {A0: 95, A1: 100, c0: 15}
+
+
+def test_a_restart_while_a_broker_is_away_checks_the_others_and_holds_its_queues() -> None:
+    fake, reader, searches = restarted((92, 18), failOnDataLoss="false")
+    fake.away.add("broker-b")
+    start, end = to_spark({A0: 95, A1: 95, B0: 45}), checkpoint({A0: SEEN, A1: SEEN, B0: 50})
+    # broker-b's range stays as planned: its task waits for the broker, as any batch run again does.
+    assert ranges(reader.partitions(start, end)) == [(A1, 95, 100), (B0, 45, 50)]
+    assert searches[0] == 2  # broker-a's queues only
+    fake.away.clear()
+    after = reader.latestOffset(end, ReadAllAvailable())
+    assert ranges(reader.partitions(end, after)) == [(A0, 92, 110)]
