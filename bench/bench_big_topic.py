@@ -157,6 +157,7 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, id
     from rocketmq_spark.source.offset_reader import OffsetReader
     from rocketmq_spark.source.option_model import ReadKind
     from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.remoting.cluster import shared_cluster
     from rocketmq_spark.source.partition_reader import read_partition
     from rocketmq_spark.source.spark_api import ReadAllAvailable
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader
@@ -168,12 +169,14 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, id
         planners.append(OffsetReader(options))
         return planners[-1]
 
+    # The process's one client for this cluster also serves what ran before: count the plan's own.
+    before_plan = shared_cluster(batch_options.client).client.requests_sent
     parts, plan_s = _timed(lambda: list(RocketMQBatchReader(batch_options, open_offsets=open_planner).partitions()))
     out: dict[str, Any] = {
         "batch_plan": {
             "partitions": len(parts),
             "ms": round(plan_s * MS_PER_S, 1),
-            "requests": planners[0].client.requests_sent,
+            "requests": planners[0].client.requests_sent - before_plan,
         }
     }
 
