@@ -153,11 +153,11 @@ def _timed(action: Callable[[], T]) -> tuple[T, float]:
 
 def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, idle_calls: int) -> dict[str, Any]:
     """The driver's and a task's work in this process, timed and with the requests counted."""
+    from rocketmq_spark.remoting.cluster import shared_cluster
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
     from rocketmq_spark.source.offset_reader import OffsetReader
     from rocketmq_spark.source.option_model import ReadKind
     from rocketmq_spark.source.options import parse_options
-    from rocketmq_spark.remoting.cluster import shared_cluster
     from rocketmq_spark.source.partition_reader import read_partition
     from rocketmq_spark.source.spark_api import ReadAllAvailable
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader
