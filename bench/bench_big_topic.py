@@ -121,25 +121,22 @@ def wait_filled(namesrv: str, topic: str, queues: int, per_queue: int) -> Ranges
 
     reader = OffsetReader(parse_options({"nameServer": namesrv, "topic": topic}, kind=ReadKind.BATCH))
     deadline = time.monotonic() + DISPATCH_TIMEOUT_S
-    try:
-        while True:
-            listed = sorted(reader.queues(fresh=True))
-            latest = reader.max_offsets(listed)
-            earliest = reader.min_offsets(listed)
-            sizes = {q: latest[q] - earliest[q] for q in listed}
-            over = [str(q) for q, n in sizes.items() if n > per_queue]
-            if over:
-                raise RuntimeError(f"{topic}: queues hold more than {per_queue} messages: {over}")
-            if len(listed) == queues and all(n == per_queue for n in sizes.values()):
-                return {(q.broker_name, q.queue_id): (earliest[q], latest[q]) for q in listed}
-            if time.monotonic() > deadline:
-                short = [f"{q}: {n}" for q, n in sizes.items() if n < per_queue]
-                raise RuntimeError(
-                    f"{topic}: {len(listed)} of {queues} queues listed; short queues: {short[:SHOWN_IN_ERRORS]}"
-                )
-            time.sleep(DISPATCH_POLL_S)
-    finally:
-        reader.close()
+    while True:
+        listed = sorted(reader.queues(suspect=True))
+        latest = reader.max_offsets(listed)
+        earliest = reader.min_offsets(listed)
+        sizes = {q: latest[q] - earliest[q] for q in listed}
+        over = [str(q) for q, n in sizes.items() if n > per_queue]
+        if over:
+            raise RuntimeError(f"{topic}: queues hold more than {per_queue} messages: {over}")
+        if len(listed) == queues and all(n == per_queue for n in sizes.values()):
+            return {(q.broker_name, q.queue_id): (earliest[q], latest[q]) for q in listed}
+        if time.monotonic() > deadline:
+            short = [f"{q}: {n}" for q, n in sizes.items() if n < per_queue]
+            raise RuntimeError(
+                f"{topic}: {len(listed)} of {queues} queues listed; short queues: {short[:SHOWN_IN_ERRORS]}"
+            )
+        time.sleep(DISPATCH_POLL_S)
 
 
 # ------------------------------------------------------------- the source, no Spark
