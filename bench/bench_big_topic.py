@@ -121,25 +121,22 @@ def wait_filled(namesrv: str, topic: str, queues: int, per_queue: int) -> Ranges
 
     reader = OffsetReader(parse_options({"nameServer": namesrv, "topic": topic}, kind=ReadKind.BATCH))
     deadline = time.monotonic() + DISPATCH_TIMEOUT_S
-    try:
-        while True:
-            listed = sorted(reader.queues(fresh=True))
-            latest = reader.max_offsets(listed)
-            earliest = reader.min_offsets(listed)
-            sizes = {q: latest[q] - earliest[q] for q in listed}
-            over = [str(q) for q, n in sizes.items() if n > per_queue]
-            if over:
-                raise RuntimeError(f"{topic}: queues hold more than {per_queue} messages: {over}")
-            if len(listed) == queues and all(n == per_queue for n in sizes.values()):
-                return {(q.broker_name, q.queue_id): (earliest[q], latest[q]) for q in listed}
-            if time.monotonic() > deadline:
-                short = [f"{q}: {n}" for q, n in sizes.items() if n < per_queue]
-                raise RuntimeError(
-                    f"{topic}: {len(listed)} of {queues} queues listed; short queues: {short[:SHOWN_IN_ERRORS]}"
-                )
-            time.sleep(DISPATCH_POLL_S)
-    finally:
-        reader.close()
+    while True:
+        listed = sorted(reader.queues(suspect=True))
+        latest = reader.max_offsets(listed)
+        earliest = reader.min_offsets(listed)
+        sizes = {q: latest[q] - earliest[q] for q in listed}
+        over = [str(q) for q, n in sizes.items() if n > per_queue]
+        if over:
+            raise RuntimeError(f"{topic}: queues hold more than {per_queue} messages: {over}")
+        if len(listed) == queues and all(n == per_queue for n in sizes.values()):
+            return {(q.broker_name, q.queue_id): (earliest[q], latest[q]) for q in listed}
+        if time.monotonic() > deadline:
+            short = [f"{q}: {n}" for q, n in sizes.items() if n < per_queue]
+            raise RuntimeError(
+                f"{topic}: {len(listed)} of {queues} queues listed; short queues: {short[:SHOWN_IN_ERRORS]}"
+            )
+        time.sleep(DISPATCH_POLL_S)
 
 
 # ------------------------------------------------------------- the source, no Spark
@@ -153,6 +150,7 @@ def _timed(action: Callable[[], T]) -> tuple[T, float]:
 
 def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, idle_calls: int) -> dict[str, Any]:
     """The driver's and a task's work in this process, timed and with the requests counted."""
+    from rocketmq_spark.remoting.cluster import shared_cluster
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
     from rocketmq_spark.source.offset_reader import OffsetReader
     from rocketmq_spark.source.option_model import ReadKind
@@ -168,12 +166,14 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, id
         planners.append(OffsetReader(options))
         return planners[-1]
 
+    # The process's one client for this cluster also serves what ran before: count the plan's own.
+    before_plan = shared_cluster(batch_options.client).client.requests_sent
     parts, plan_s = _timed(lambda: list(RocketMQBatchReader(batch_options, open_offsets=open_planner).partitions()))
     out: dict[str, Any] = {
         "batch_plan": {
             "partitions": len(parts),
             "ms": round(plan_s * MS_PER_S, 1),
-            "requests": planners[0].client.requests_sent,
+            "requests": planners[0].client.requests_sent - before_plan,
         }
     }
 

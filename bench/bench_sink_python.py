@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from common import ROOT
@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codec import Body, RemotingCommand, body_length
+from rocketmq_spark.remoting.codec import RemotingCommand, body_length
 from rocketmq_spark.remoting.codes import FLAG_RESPONSE, ResponseCode
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
@@ -67,17 +67,10 @@ class OkClient:
     def call(self, address: str, call: Call[Any], timeout: float | None = None) -> Any:
         return call.read(RemotingCommand(code=0, flag=FLAG_RESPONSE, version=VERSION_5), address)
 
-    def submit(
-        self,
-        address: str,
-        code: int,
-        fields: Mapping[str, object] | None = None,
-        body: Body = b"",
-        timeout: float | None = None,
-    ) -> _Answer:
+    def submit(self, address: str, call: Call[Any], timeout: float | None = None) -> _Answer:
         self.sends += 1
-        self.bytes += body_length(body)
-        queue = str((fields or {}).get("e", 0))
+        self.bytes += body_length(call.body)
+        queue = str(call.fields.get("e", 0))
         return _Answer({"msgId": "OFFSETID", "queueId": queue, "queueOffset": "0"})
 
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import DEFAULT_WINDOW, RocketMQClient
+from rocketmq_spark.remoting.client_requests import Members
 from rocketmq_spark.remoting.codec import RemotingCommand, joined
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode, ResponseCode
 from rocketmq_spark.remoting.connection import ServerRequestHandler
@@ -96,16 +98,25 @@ class OffsetQuestions(Protocol):
 
     def running(self) -> None: ...
 
-    def close(self) -> None: ...
+
+class MemberRegistry(Protocol):
+    """What the stream reader uses of ``remoting.cluster.Cluster``: where its group membership
+    registers to answer brokers' requests."""
+
+    @property
+    def members(self) -> Members: ...
 
 
 class Offsets(OffsetQuestions, Protocol):
-    """All the readers use of ``OffsetReader``: its questions and three attributes. The fake
+    """All the readers use of ``OffsetReader``: its questions and four attributes. The fake
     subclasses only the questions and is held to these attributes below: a property a subclass
     inherits would, at run time, refuse the fake's own attribute of the same name."""
 
     @property
     def client(self) -> GroupClient: ...
+
+    @property
+    def cluster(self) -> MemberRegistry: ...
 
     @property
     def unreachable(self) -> Mapping[str, float]: ...
@@ -115,6 +126,13 @@ class Offsets(OffsetQuestions, Protocol):
 
 
 # ---------------------------------------------------------------------------------- the fakes
+
+
+@dataclass
+class Registry:
+    """The members part of a cluster view, for a fake offset reader."""
+
+    members: Members = field(default_factory=Members)
 
 
 class FakeMembers(GroupClient):
@@ -194,6 +212,8 @@ class FakeOffsets(OffsetQuestions):
         self.answers: list[dict[MessageQueue, tuple[int, int]]] = []  # queue ranges the next asks find, in turn
         self.running_calls = 0  # times the reader was told the query runs (long retries from then)
         self.client = FakeMembers()  # the stream's consumer group, on the brokers
+        self.cluster = Registry()
+        self.client.serve(self.cluster.members)
 
     def routed(self) -> dict[MessageQueue, tuple[int, int]]:
         return {q: r for q, r in self.ranges.items() if q.broker_name not in self.away}
@@ -264,9 +284,6 @@ class FakeOffsets(OffsetQuestions):
 
     def running(self) -> None:
         self.running_calls += 1
-
-    def close(self) -> None:
-        pass
 
 
 class FakeBrokers(BrokerClient):

@@ -15,6 +15,7 @@ cause:
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import fastjson
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.connection import ServerRequestHandler
 from rocketmq_spark.remoting.errors import ProtocolError
 from rocketmq_spark.remoting.membership import Subscription
 
@@ -120,3 +122,41 @@ def running_info_body(
 def consumer_status_body(offsets: Mapping[MessageQueue, int]) -> bytes:
     """A ``GetConsumerStatusBody`` (GET_CONSUMER_STATUS_FROM_CLIENT): the member's offset per queue."""
     return f'{{"messageQueueTable":{_object_keyed(dict(offsets))},"consumerTable":{{}}}}'.encode()
+
+
+# The fields a broker's request names its addressee by: one client id (running info), or a group
+# (the group's resets and status questions, its members' changes), under either spelling.
+_CLIENT_ID_FIELD = "clientId"
+_GROUP_FIELDS = ("consumerGroup", "group")
+
+
+class Members:
+    """Who answers the requests brokers send on one client's connections, where several members
+    (each stream's registration in its consumer group, by client id) share the client.
+
+    A request that names a client id goes to that member alone; one that names only a group goes
+    to each member of that group (an operator's reset reaches every stream of it), and the first
+    answer is sent back. Safe to change from any thread while the client's reader threads ask.
+    """
+
+    def __init__(self) -> None:
+        self._members: dict[str, tuple[str, ServerRequestHandler]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, client_id: str, group: str, handler: ServerRequestHandler) -> None:
+        with self._lock:
+            self._members = {**self._members, client_id: (group, handler)}
+
+    def remove(self, client_id: str) -> None:
+        with self._lock:
+            self._members = {k: v for k, v in self._members.items() if k != client_id}
+
+    def __call__(self, request: RemotingCommand) -> RemotingCommand | None:
+        fields = request.ext_fields
+        client_id = fields.get(_CLIENT_ID_FIELD)
+        group = next((fields[name] for name in _GROUP_FIELDS if name in fields), None)
+        answer = None
+        for member, (members_group, handler) in self._members.items():  # replaced whole, never changed
+            if (client_id is None or member == client_id) and (group is None or members_group == group):
+                answer = handler(request) if answer is None else answer
+        return answer

@@ -11,7 +11,9 @@ client:
 - ``client``: the connections (one control connection per address, replaced when it breaks; the
   per-thread pull connections of the read path) and the typed requests over them;
 - ``replicas``: the topics' routes with one cache and one refresh rule, which replica serves a
-  read and which master takes a send, and the addresses that failed lately and for how long.
+  read and which master takes a send, and the addresses that failed lately and for how long;
+- ``members``: who answers what brokers ask over those connections: each stream the driver runs
+  registers its consumer group membership there, by client id.
 
 The sink's producer registration (its heartbeats) sits on top, in ``sink.shared``, as the source's
 group membership does in ``source.group``: both beat every ``membership.HEARTBEAT_INTERVAL_S``
@@ -21,10 +23,13 @@ over this one client.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.client_requests import Members
 from rocketmq_spark.remoting.replicas import Replicas
 
 
@@ -34,11 +39,17 @@ class Cluster:
 
     client: RocketMQClient
     replicas: Replicas
+    members: Members = field(default_factory=Members)
 
     @classmethod
-    def of(cls, client: RocketMQClient) -> Cluster:
+    def of(cls, client: RocketMQClient, clock: Callable[[], float] = time.monotonic) -> Cluster:
         """A view of its own over ``client`` (tests, benchmarks, a caller that owns its client)."""
-        return cls(client, Replicas(client.topic_route))
+        return cls(client, Replicas(client.topic_route, clock))
+
+    def answer_brokers(self) -> None:
+        """Have the members answer what brokers ask on the client's connections (the driver's
+        streams register there; executors have none)."""
+        self.client.serve(self.members)
 
 
 _clusters: dict[ClientConfig, Cluster] = {}

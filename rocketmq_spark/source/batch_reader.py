@@ -34,20 +34,17 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         reader = self._open_offsets(self.options)
-        try:
-            addresses = reader.queues()
-            latest = reader.max_offsets(sorted(addresses))
-            queues = sorted(latest)  # without the queues of a broker that left meanwhile
-            earliest = reader.min_offsets(queues)
-            start = checked_starts(
-                starting_offsets(self.options, queues, reader), earliest, latest, self.options.fail_on_data_loss
-            )
-            end = self._ending_offsets(reader, queues, latest)
-            # Cut after the options' own checks, which judge the queues and offsets they name.
-            start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
-            return plan_partitions(self.pushed.subscribed(self.options), start, end)
-        finally:
-            reader.close()
+        addresses = reader.queues()
+        latest = reader.max_offsets(sorted(addresses))
+        queues = sorted(latest)  # without the queues of a broker that left meanwhile
+        earliest = reader.min_offsets(queues)
+        start = checked_starts(
+            starting_offsets(self.options, queues, reader), earliest, latest, self.options.fail_on_data_loss
+        )
+        end = self._ending_offsets(reader, queues, latest)
+        # Cut after the options' own checks, which judge the queues and offsets they name.
+        start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
+        return plan_partitions(self.pushed.subscribed(self.options), start, end)
 
     def _ending_offsets(self, reader: OffsetReader, queues: list[MessageQueue], latest: OffsetMap) -> OffsetMap:
         opts = self.options

@@ -26,7 +26,7 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
-from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
@@ -62,13 +62,19 @@ class OffsetReader:
     """Broker-side facts about the queues of the source's topics."""
 
     def __init__(
-        self, options: SourceOptions, client: RocketMQClient | None = None, clock: Callable[[], float] = time.monotonic
+        self, options: SourceOptions, cluster: Cluster | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.options = options
         if options.client.tls and not options.client.tls_verify:
             log.warning(UNVERIFIED_TLS_WARNING)
-        self.client = client or RocketMQClient(options.client)
-        self.routes = QueueRoutes(options.topics, self.client, options.start_retry, options.retry.budget_s, clock)
+        # The process's view of the cluster, shared with every other query and task reading or
+        # writing it here: one connection pool, one route cache, one memory of failed addresses.
+        self.cluster = cluster or shared_cluster(options.client)
+        self.cluster.answer_brokers()
+        self.client = self.cluster.client
+        self.routes = QueueRoutes(
+            options.topics, self.client, self.cluster.replicas, options.start_retry, options.retry.budget_s, clock
+        )
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
@@ -76,9 +82,6 @@ class OffsetReader:
         # it: a fact from before a failover that tells a new master's messages from the old ones'.
         self.last_stored: dict[MessageQueue, tuple[int, int]] = {}
         self.commits = GroupCommits(self.client, options, self.routes.masters, self.routes.changed)
-
-    def close(self) -> None:
-        self.client.close()
 
     # ------------------------------------------------------------------ routes
 

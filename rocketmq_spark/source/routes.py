@@ -58,13 +58,14 @@ class QueueRoutes:
         self,
         topics: Iterable[str],
         client: RocketMQClient,
+        replicas: Replicas,
         retry: Retry,
         budget_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.topics = tuple(topics)
         self.client = client
-        self.replicas = Replicas(client.topic_route, clock)
+        self.replicas = replicas
         self.retry = retry  # the start's short policy; the offset reader switches it when the query runs
         self._budget_s = budget_s  # how long no registered broker may answer before the query fails
         self._clock = clock

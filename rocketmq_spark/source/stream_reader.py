@@ -129,10 +129,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self._watch is None:
             self._watch = self._open_watch(self.options, self.offsets)
-            self.offsets.client.serve(
-                BrokerRequests(  # before the first heartbeat
+            self.offsets.cluster.members.add(  # before the first heartbeat
+                self._watch.client_id,
+                self._watch.group,
+                BrokerRequests(
                     self.options, self.group.inbox, self._standing, self._watch.subscriptions, self._watch.sub_version
-                )
+                ),
             )
             self._watch.start()
         self._watch.check()
@@ -309,10 +311,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._watch is not None:
             self._watch.stop()
+            if self._reader is not None:
+                self._reader.cluster.members.remove(self._watch.client_id)
             self._watch = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        self._reader = None  # the process's cluster view outlives the query (``remoting.cluster``)
 
 
 def _has_news(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int]) -> bool:

@@ -1,5 +1,7 @@
 """One view of a cluster per process: a Python worker that reads and writes one cluster asks the
-name server once for a topic's route and holds one control connection per broker, whoever asks.
+name server once for a topic's route and holds one control connection per broker, whoever asks
+(the driver's offset readers included), and the streams that share its client each answer what
+brokers ask of them.
 
 The name server and the broker are loopback servers that answer as real ones do (a route, a
 heartbeat, a send, a pull), and count what they are asked and the connections they accept.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -17,12 +19,14 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from rocketmq_spark.remoting import cluster as cluster_module
 from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting.client_requests import Members
 from rocketmq_spark.remoting.cluster import shared_cluster
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.sink import shared as sink_shared
 from rocketmq_spark.sink.columns import check_columns
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.writer import write_task
+from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import QUEUE, partition
 from tests.listeners import AnsweringServer
@@ -125,3 +129,59 @@ def test_a_second_round_of_tasks_reuses_the_routes_and_connections(
     read_and_write(name_server.address)
     assert name_server.asked[RequestCode.GET_ROUTEINFO_BY_TOPIC] == 1
     assert broker.connections == 2 and name_server.connections == 1
+
+
+def test_the_driver_plans_on_the_view_its_tasks_use(servers: tuple[FakeNameServer, FakeBroker]) -> None:
+    """A driver that also runs tasks (local mode's driver process runs none, but one process may
+    plan a query and run another's tasks): its offset reader asks through the same view."""
+    name_server, broker = servers
+    options = options_of(streaming=True, nameServer=name_server.address)
+    driver = OffsetReader(options)
+    assert {q.queue_id for q in driver.queues()} == {0, 1, 2, 3}
+    assert driver.client is shared_cluster(options.client).client
+    assert read_and_write(name_server.address) == HELD
+    assert name_server.asked[RequestCode.GET_ROUTEINFO_BY_TOPIC] == 1
+    assert name_server.connections == 1 and broker.connections == 2
+    assert OffsetReader(options).client is driver.client  # a second query of the same cluster
+
+
+def running_info(client_id: str, group: str) -> RemotingCommand:
+    fields = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+    return RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+
+
+def reset(group: str) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {"topic": "t", "group": group})
+
+
+def test_streams_sharing_a_client_each_answer_what_is_asked_of_them() -> None:
+    """Two streams of group g and one of group h registered over one client: a request naming a
+    client id reaches that stream alone; one naming a group, each stream of that group."""
+    members = Members()
+    heard: list[tuple[str, int]] = []
+
+    def member(name: str) -> Callable[[RemotingCommand], RemotingCommand | None]:
+        def answer(request: RemotingCommand) -> RemotingCommand | None:
+            heard.append((name, request.code))
+            return (
+                None
+                if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
+                else RemotingCommand(code=0, remark=name)
+            )
+
+        return answer
+
+    members.add("id-1", "g", member("first"))
+    members.add("id-2", "g", member("second"))
+    members.add("id-3", "h", member("third"))
+    answered = members(running_info("id-2", "g"))
+    assert answered is not None and answered.remark == "second"
+    assert members(reset("g")) is None
+    assert heard == [
+        ("second", RequestCode.GET_CONSUMER_RUNNING_INFO),
+        ("first", RequestCode.RESET_CONSUMER_CLIENT_OFFSET),
+        ("second", RequestCode.RESET_CONSUMER_CLIENT_OFFSET),
+    ]
+    members.remove("id-2")
+    assert members(running_info("id-2", "g")) is None  # a stopped stream answers nothing
+    assert members(running_info("id-9", "h")) is None

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.cluster import Cluster
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.errors import BrokersUnreachableError, RequestTimeoutError
 from rocketmq_spark.source.offset_reader import OffsetReader
@@ -70,7 +71,9 @@ def stream_options() -> SourceOptions:
 
 
 def running(brokers: FakeBrokers, clock: Clock) -> tuple[RocketMQStreamReader, dict[str, Any]]:
-    reader = RocketMQStreamReader(stream_options(), open_offsets=lambda o: OffsetReader(o, client=brokers, clock=clock))  # type: ignore[arg-type]
+    reader = RocketMQStreamReader(
+        stream_options(), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
+    )  # type: ignore[arg-type]
     start = reader.initialOffset()
     return reader, reader.latestOffset(start, ReadAllAvailable())
 

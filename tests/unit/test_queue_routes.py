@@ -7,7 +7,7 @@ that only the test and the retries' pauses move."""
 from __future__ import annotations
 
 from rocketmq_spark.remoting.codes import RequestCode
-from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S
+from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.routes import QueueRoutes
 from tests.fakes import FakeBrokers
@@ -32,7 +32,7 @@ class Clock:
 
 def queue_routes(brokers: FakeBrokers, clock: Clock, retry: Retry | None = None) -> QueueRoutes:
     policy = retry or Retry(budget_s=BUDGET_S, sleep=clock.sleep, clock=clock)
-    return QueueRoutes(TOPICS, brokers, policy, BUDGET_S, clock)  # type: ignore[arg-type]
+    return QueueRoutes(TOPICS, brokers, Replicas(brokers.topic_route, clock), policy, BUDGET_S, clock)  # type: ignore[arg-type]
 
 
 def routes_asked(brokers: FakeBrokers) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rocketmq_spark.remoting.calls import parse_topic_stats
+from rocketmq_spark.remoting.cluster import Cluster
 from rocketmq_spark.remoting.codes import FIRST_5X_VERSION, RequestCode
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S
@@ -48,7 +49,9 @@ def started(
         },
         kind=ReadKind.STREAM,
     )
-    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers, clock=clock))  # type: ignore[arg-type]
+    reader = RocketMQStreamReader(
+        options, open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
+    )  # type: ignore[arg-type]
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     reader.commit(end)
     return reader, end
@@ -150,7 +153,7 @@ def test_a_new_groups_first_commit_adds_a_pull_per_broker_not_per_queue(known_on
         },
         kind=ReadKind.STREAM,
     )
-    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers)))  # type: ignore[arg-type]
     # The first trigger stores where each queue starts: the group's first commit.
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     refused = (BROKERS - known_on) * len(TOPICS)  # each topic's first commit on each broker
@@ -233,7 +236,7 @@ def test_a_stored_zero_is_told_from_none_stored_on_every_release(version: int) -
     options = parse_options(
         {"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"}, kind=ReadKind.STREAM
     )  # CONSUME_FROM_LAST_OFFSET where nothing is stored
-    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, client=brokers))  # type: ignore[arg-type]
+    reader = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers)))  # type: ignore[arg-type]
     start = from_spark(reader.initialOffset())
     assert start == {q: 0 if q in stored_zero else brokers.max[q] for q in brokers.max}
     tables_asked = brokers.sent.count(RequestCode.GET_ALL_CONSUMER_OFFSET)
@@ -264,7 +267,7 @@ def test_a_topics_first_commit_on_a_broker_goes_alone(kind: type[FakeBrokers]) -
     options = parse_options(
         {"nameServer": "127.0.0.1:9876", "topic": ",".join(TOPICS), "consumerGroup": "g"}, kind=ReadKind.STREAM
     )
-    reader = OffsetReader(options, client=brokers)  # type: ignore[arg-type]
+    reader = OffsetReader(options, Cluster.of(brokers))  # type: ignore[arg-type]
     queues = reader.queues()
     rounds = brokers.rounds
     result = reader.commit(brokers.max)

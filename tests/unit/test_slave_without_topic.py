@@ -13,6 +13,7 @@ import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.cluster import Cluster
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, NoReplicaError, RocketMQError
@@ -136,7 +137,7 @@ def options(kind: ReadKind, clock: Clock) -> SourceOptions:
 
 def planned(brokers: SlaveWithoutTopic, clock: Clock) -> dict[MessageQueue, tuple[int, int]]:
     reader = RocketMQBatchReader(
-        options(ReadKind.BATCH, clock), open_offsets=lambda o: OffsetReader(o, client=brokers, clock=clock)
+        options(ReadKind.BATCH, clock), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
     )
     ranges: dict[MessageQueue, tuple[int, int]] = {}
     for partition in reader.partitions():
@@ -173,7 +174,7 @@ def test_a_stream_holds_the_queues_and_reads_the_other_brokers() -> None:
     brokers, clock = SlaveWithoutTopic(), Clock()
     brokers.master_down = False
     reader = RocketMQStreamReader(
-        options(ReadKind.STREAM, clock), open_offsets=lambda o: OffsetReader(o, client=brokers, clock=clock)
+        options(ReadKind.STREAM, clock), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
     )
     start = reader.initialOffset()
     brokers.master_down = True

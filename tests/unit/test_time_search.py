@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketmq_spark.remoting.calls import Call
+from rocketmq_spark.remoting.cluster import Cluster
 from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import RocketMQError
@@ -52,6 +53,9 @@ class StoreTimeBroker:
         return TopicRoute(
             topic, (QueueData(BROKER, queues, queues, PERM_READ_WRITE),), {BROKER: BrokerData(BROKER, {0: ADDRESS})}
         )
+
+    def serve(self, handler: Any) -> None:
+        """No broker asks a batch read anything."""
 
     def call_many(self, addressed: Sequence[tuple[str, Call[Any]]], window: int = 64) -> list[Any]:
         self.rounds += 1
@@ -122,7 +126,7 @@ def search(broker: StoreTimeBroker, timestamp: int) -> dict[int, int]:
     options = parse_options(
         {"nameServer": "127.0.0.1:9876", "topic": TOPIC, "startingTimestamp": str(timestamp)}, kind=ReadKind.BATCH
     )
-    reader = OffsetReader(options, client=broker)  # type: ignore[arg-type]
+    reader = OffsetReader(options, Cluster.of(broker))  # type: ignore[arg-type]
     queues = sorted(reader.queues())
     return {q.queue_id: offset for q, offset in reader.offsets_for_time(queues, timestamp).items()}
 

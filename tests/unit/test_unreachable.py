@@ -85,7 +85,6 @@ def test_a_query_start_gives_up_within_a_few_request_timeouts(listen: Callable[.
     began = time.monotonic()
     with pytest.raises(NameServersUnavailableError, match=address):
         reader.queues()
-    reader.close()
     assert time.monotonic() - began < 2 * TIMEOUT_S + SLACK_S
 
 
@@ -104,4 +103,3 @@ def test_a_running_query_retries_for_its_budget() -> None:
     assert (reader.retry.budget_s, options.retry.budget_s) == (3.0, 120.0)
     reader.running()
     assert reader.retry == options.retry
-    reader.close()
