@@ -79,3 +79,16 @@ def notice(offsets: dict[MessageQueue, int], group: str = "g") -> RemotingComman
         ext_fields={"topic": TOPIC, "group": group, "timestamp": NOTICE_TIMESTAMP_MS},
         body=('{"offsetTable":{' + table + "}}").encode(),
     )
+
+
+class ManualClock:
+    """A monotonic clock the test moves: ``now`` by hand, or a retry's ``sleep``."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds

@@ -22,7 +22,7 @@ from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeBrokers
-from tests.support import BROKERS, TOPICS
+from tests.support import BROKERS, TOPICS, ManualClock
 
 FROZEN = "broker-1"
 BUDGET_S = 30.0
@@ -49,14 +49,6 @@ class FreezableBrokers(FakeBrokers):
         return outcomes
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def stream_options() -> SourceOptions:
     options = parse_options(
         {
@@ -70,7 +62,7 @@ def stream_options() -> SourceOptions:
     return dataclasses.replace(options, retry=dataclasses.replace(options.retry, sleep=lambda _: None))
 
 
-def running(brokers: FakeBrokers, clock: Clock) -> tuple[RocketMQStreamReader, dict[str, Any]]:
+def running(brokers: FakeBrokers, clock: ManualClock) -> tuple[RocketMQStreamReader, dict[str, Any]]:
     reader = RocketMQStreamReader(
         stream_options(), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
     )  # type: ignore[arg-type]
@@ -79,7 +71,7 @@ def running(brokers: FakeBrokers, clock: Clock) -> tuple[RocketMQStreamReader, d
 
 
 def test_a_frozen_broker_is_held_while_the_others_are_read_and_rejoins_where_it_was() -> None:
-    brokers, clock = FreezableBrokers(2), Clock()
+    brokers, clock = FreezableBrokers(2), ManualClock()
     reader, end = running(brokers, clock)
     brokers.frozen.add(FROZEN)
     for queue in brokers.max:
@@ -97,7 +89,7 @@ def test_a_frozen_broker_is_held_while_the_others_are_read_and_rejoins_where_it_
 
 
 def test_the_query_fails_naming_the_brokers_when_none_answers_for_the_budget() -> None:
-    brokers, clock = FreezableBrokers(2), Clock()
+    brokers, clock = FreezableBrokers(2), ManualClock()
     reader, end = running(brokers, clock)
     brokers.frozen.update(f"broker-{b}" for b in range(BROKERS))
     end = reader.latestOffset(end, ReadAllAvailable())  # within the budget: everything is held

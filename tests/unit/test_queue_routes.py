@@ -11,26 +11,13 @@ from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.routes import QueueRoutes
 from tests.fakes import FakeBrokers
-from tests.support import TOPICS
+from tests.support import TOPICS, ManualClock
 
 BUDGET_S = 30.0
 AWAY = "broker-1"
 
 
-class Clock:
-    """The routes' and the retries' time: a retry's pause moves it on."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def queue_routes(brokers: FakeBrokers, clock: Clock, retry: Retry | None = None) -> QueueRoutes:
+def queue_routes(brokers: FakeBrokers, clock: ManualClock, retry: Retry | None = None) -> QueueRoutes:
     policy = retry or Retry(budget_s=BUDGET_S, sleep=clock.sleep, clock=clock)
     return QueueRoutes(TOPICS, brokers, Replicas(brokers.topic_route, clock), policy, BUDGET_S, clock)  # type: ignore[arg-type]
 
@@ -40,7 +27,7 @@ def routes_asked(brokers: FakeBrokers) -> int:
 
 
 def test_doubting_callers_ask_the_name_server_at_most_once_per_limit() -> None:
-    brokers, clock = FakeBrokers(2), Clock()
+    brokers, clock = FakeBrokers(2), ManualClock()
     routes = queue_routes(brokers, clock)
     routes.queues()
     for _ in range(5):  # a broker that stays down: every request fails and doubts the routes
@@ -60,7 +47,7 @@ def test_doubting_callers_ask_the_name_server_at_most_once_per_limit() -> None:
 
 
 def test_a_live_broker_s_queue_missing_from_a_route_asked_before_its_live_answer_waits() -> None:
-    brokers, clock = FakeBrokers(2), Clock()
+    brokers, clock = FakeBrokers(2), ManualClock()
     routes = queue_routes(brokers, clock)
     brokers.away.add(AWAY)
     theirs = {q for q in brokers.max if q.broker_name == AWAY}
@@ -81,7 +68,7 @@ def test_a_live_broker_s_queue_missing_from_a_route_asked_before_its_live_answer
 
 
 def test_a_broker_that_is_not_registered_is_waited_for_whatever_the_routes_say() -> None:
-    brokers, clock = FakeBrokers(2), Clock()
+    brokers, clock = FakeBrokers(2), ManualClock()
     routes = queue_routes(brokers, clock)
     routes.queues()
     brokers.away.add(AWAY)
@@ -92,7 +79,7 @@ def test_a_broker_that_is_not_registered_is_waited_for_whatever_the_routes_say()
 
 
 def test_routes_wanted_after_a_failure_are_waited_for_through_the_retry_pauses() -> None:
-    brokers, clock = FakeBrokers(2), Clock()
+    brokers, clock = FakeBrokers(2), ManualClock()
     routes = queue_routes(brokers, clock)
     routes.queues()
     brokers.away.add(AWAY)

@@ -22,6 +22,7 @@ from rocketmq_spark.remoting.replicas import (
     rejected,
 )
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
+from tests.support import ManualClock
 
 TOPIC = "orders"
 MASTER, SLAVE, OTHER = "127.0.0.1:10911", "127.0.0.1:10912", "127.0.0.1:10913"
@@ -39,16 +40,8 @@ class FakeNameServer:
         return TopicRoute(topic, (), {"broker-a": BrokerData("broker-a", dict(self.addresses))})
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def replicas(addresses: dict[int, str]) -> tuple[Replicas, FakeNameServer, Clock]:
-    names, clock = FakeNameServer(addresses), Clock()
+def replicas(addresses: dict[int, str]) -> tuple[Replicas, FakeNameServer, ManualClock]:
+    names, clock = FakeNameServer(addresses), ManualClock(1000.0)
     return Replicas(names.route, clock), names, clock
 
 

@@ -25,15 +25,7 @@ from rocketmq_spark.source.options import parse_options
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import IDLE_RESET_CHECK_MS, RocketMQStreamReader
 from tests.fakes import FakeBrokers
-from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support import BROKERS, TOPICS, VERSION_4_9_7, VERSION_5_3_3, ManualClock
 
 
 def started(
@@ -197,7 +189,7 @@ def test_topic_stats_read_fastjson_object_keys() -> None:
 
 
 def test_a_broker_that_left_while_routes_were_cached_is_waited_for_not_retried() -> None:
-    brokers, clock = FakeBrokers(16), Clock()
+    brokers, clock = FakeBrokers(16), ManualClock()
     reader, end = started(brokers, clock)
     brokers.away.add("broker-1")
     clock.now += MIN_ROUTE_REFRESH_S  # the routes are asked again after a failure, at most this often

@@ -27,25 +27,12 @@ from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeBrokers
-from tests.support import TOPICS
+from tests.support import TOPICS, ManualClock
 
 DOWN = "broker-1"  # its master is down; a slave without the topic is listed
 SLAVE = "127.0.0.99:10911"
 BUDGET_S = 30.0
 MESSAGES = 10
-
-
-class Clock:
-    """The routes' and the retries' time: a retry's sleep moves it on."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class SlaveWithoutTopic(FakeBrokers):
@@ -116,7 +103,7 @@ class DeadMasterListed(SlaveWithoutTopic):
         ]
 
 
-def options(kind: ReadKind, clock: Clock) -> SourceOptions:
+def options(kind: ReadKind, clock: ManualClock) -> SourceOptions:
     parsed = parse_options(
         {
             "nameServer": "127.0.0.1:9876",
@@ -135,7 +122,7 @@ def options(kind: ReadKind, clock: Clock) -> SourceOptions:
     )
 
 
-def planned(brokers: SlaveWithoutTopic, clock: Clock) -> dict[MessageQueue, tuple[int, int]]:
+def planned(brokers: SlaveWithoutTopic, clock: ManualClock) -> dict[MessageQueue, tuple[int, int]]:
     reader = RocketMQBatchReader(
         options(ReadKind.BATCH, clock), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
     )
@@ -147,7 +134,7 @@ def planned(brokers: SlaveWithoutTopic, clock: Clock) -> dict[MessageQueue, tupl
 
 
 def test_a_batch_waits_for_a_replica_with_the_topic_and_plans_its_whole_queues() -> None:
-    brokers, clock = SlaveWithoutTopic(back_after=3), Clock()
+    brokers, clock = SlaveWithoutTopic(back_after=3), ManualClock()
     ranges = planned(brokers, clock)
     assert ranges == {q: (0, MESSAGES) for q in brokers.max}
     assert brokers.asked_slave >= 3
@@ -155,7 +142,7 @@ def test_a_batch_waits_for_a_replica_with_the_topic_and_plans_its_whole_queues()
 
 
 def test_a_batch_fails_naming_the_broker_and_the_slave_when_none_serves_for_the_budget() -> None:
-    brokers, clock = SlaveWithoutTopic(), Clock()
+    brokers, clock = SlaveWithoutTopic(), ManualClock()
     with pytest.raises(NoReplicaError, match=rf"broker {DOWN} .*tried {SLAVE}.*not exist"):
         planned(brokers, clock)
     assert clock.now >= BUDGET_S / 2  # it waited, not failed on the first answer
@@ -164,14 +151,14 @@ def test_a_batch_fails_naming_the_broker_and_the_slave_when_none_serves_for_the_
 def test_a_batch_that_finds_the_master_dead_asks_the_slave_for_topic_stats_too() -> None:
     # The dead master's queues are asked again at the slave the fresh routes list: by topic
     # stats, which the slave answers TOPIC_NOT_EXIST, not by a max offset it answers 0.
-    brokers, clock = DeadMasterListed(back_after=2), Clock()
+    brokers, clock = DeadMasterListed(back_after=2), ManualClock()
     ranges = planned(brokers, clock)
     assert ranges == {q: (0, MESSAGES) for q in brokers.max}
     assert brokers.asked_slave >= 2
 
 
 def test_a_stream_holds_the_queues_and_reads_the_other_brokers() -> None:
-    brokers, clock = SlaveWithoutTopic(), Clock()
+    brokers, clock = SlaveWithoutTopic(), ManualClock()
     brokers.master_down = False
     reader = RocketMQStreamReader(
         options(ReadKind.STREAM, clock), open_offsets=lambda o: OffsetReader(o, Cluster.of(brokers, clock), clock=clock)
