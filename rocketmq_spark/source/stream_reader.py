@@ -84,7 +84,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._batch: tuple[OffsetMap, OffsetMap] = ({}, {})  # the last batch planned: starts, ends
         self._planned: OffsetMap | None = None  # the end latestOffset returned last, in this process
         # The first batch end Spark gives a restarted driver, from its offset log, with the queues
-        # that hold other messages below it since (``Failovers.since``); asked once, then None.
+        # that hold other messages below it since (``Failovers.since``): searched once, kept for
+        # Spark's second call with that end; ``_restart_checked`` once a decision was taken on it.
         self._restart: tuple[OffsetMap, OffsetMap] | None = None
         self._restart_checked = False
         self._rewound: OffsetMap = {}  # where the batch after a rerun starts the queues it cut short
