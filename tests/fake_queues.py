@@ -27,6 +27,8 @@ FAST_RETRY = Retry(first_backoff_s=0.01)
 STALLED_WAIT_S = 0.05
 # The wait of tests where the broker comes round: long, so that a slow machine does not end it first.
 PATIENT_WAIT_S = 10.0
+# The store time of every fake message but those a test sets (the records' default).
+STORED_MS = 1_700_000_000_123
 
 
 class FakeQueue:
@@ -44,6 +46,8 @@ class FakeQueue:
         batch: range | None = None,
         scan_limit: int = 20,
         hole: range | None = None,
+        store_times: dict[int, int] | None = None,
+        stored_as: dict[int, int] | None = None,
     ) -> None:
         self.min_offset = min_offset
         self.max_offset = max_offset
@@ -59,6 +63,8 @@ class FakeQueue:
         self.served = 0  # messages answered so far
         self.reset_to: int | None = None  # an operator's reset the next pull is told of (5.x), once
         self.hole = hole  # offsets missing from the index: a pull there is "not found", going on after it
+        self.store_times = store_times or {}  # the store time of these offsets' messages (else the default)
+        self.stored_as = stored_as or {}  # index entries whose message was stored as another offset
 
     def tag(self, offset: int) -> str:
         return self.tags.get(offset, "TagA")
@@ -72,7 +78,10 @@ class FakeQueue:
                 queue_offset=offset, body=inner, sys_flag=codes.MSG_FLAG_INNER_BATCH | codes.MSG_FLAG_NEED_UNWRAP
             )
         return record(
-            queue_offset=offset, body=f"m{offset}".encode(), properties=properties_block({"TAGS": self.tag(offset)})
+            queue_offset=self.stored_as.get(offset, offset),
+            body=f"m{offset}".encode(),
+            properties=properties_block({"TAGS": self.tag(offset)}),
+            store_timestamp=self.store_times.get(offset, STORED_MS),
         )
 
     def pull_async(self, address: str, spec: PullSpec, offset: int, max_messages: int) -> FakePending:
@@ -196,6 +205,7 @@ def partition(
     fail_on_data_loss: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     retry: Retry = FAST_RETRY,
+    stored_by_ms: int | None = None,
 ) -> RocketMQPartition:
     task = TaskOptions(
         client=ClientConfig(("127.0.0.1:1",)),
@@ -208,7 +218,7 @@ def partition(
         retry=retry,
         max_body_bytes=max_body_bytes,
     )
-    return RocketMQPartition(ranges=(ReadRange(QUEUE, start, end),), task=task)
+    return RocketMQPartition(ranges=(ReadRange(QUEUE, start, end, stored_by_ms),), task=task)
 
 
 def offsets(broker: list[FakeQueue], part: RocketMQPartition, wait_s: float = STALLED_WAIT_S) -> list[int]:

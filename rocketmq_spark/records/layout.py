@@ -80,3 +80,13 @@ def ipv4_offsets() -> dict[str, tuple[int, str]]:
 def size_of(code: str) -> int:
     """Bytes taken by a field of this type code."""
     return struct.calcsize(BYTE_ORDER + code)
+
+
+_POSITION = prefix_struct(("queue_offset", "sys_flag"))
+
+
+def first_position(body: bytes) -> tuple[int, int]:
+    """The queue offset a PULL body's first record was stored as, and its sys flag (an inner
+    batch's record holds the messages from that offset on)."""
+    queue_offset, sys_flag = _POSITION.unpack_from(body, 0)
+    return int(queue_offset), int(sys_flag)

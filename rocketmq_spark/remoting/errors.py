@@ -110,6 +110,13 @@ class OffsetNotServedError(RocketMQError):
     read stops rather than skip it. The message names the queue, the offset and the answer."""
 
 
+class IndexMismatchError(RocketMQError):
+    """A broker's consume queue and its messages disagree on where a message is: a pull of one
+    offset returns a message stored as another. Reading on would put rows at the wrong offsets and
+    skip or repeat messages, so the read stops. The message names the queue, both offsets and the
+    broker."""
+
+
 class OffsetResetError(RocketMQError):
     """An operator reset the group's offsets under a query that was told to stop then."""
 

@@ -31,7 +31,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.offsets import STORE_TIME_SLACK_MS, OffsetMap
 from rocketmq_spark.source.planning import DataLoss, Failover, on_data_loss
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Failovers:
         for broker in sorted({q.broker_name for q in latest}):
             mine = [q for q in latest if q.broker_name == broker]
             try:
-                firsts = self._offsets.offsets_for_time(mine, stamps[broker] + 1)
+                firsts = self._offsets.offsets_for_time(mine, stamps[broker] + STORE_TIME_SLACK_MS)
             except RocketMQError as err:
                 log.warning("could not compare %s's messages with the checkpoint's (%s)", broker, err)
                 firsts = {}
@@ -127,7 +127,7 @@ class Failovers:
                 continue  # no store times known (no topic stats): the max offsets alone decide
             newest = max(stamp for _, stamp in facts.values())
             try:
-                firsts = self._offsets.offsets_for_time(facts, newest + 1)
+                firsts = self._offsets.offsets_for_time(facts, newest + STORE_TIME_SLACK_MS)
             except RocketMQError as err:
                 log.warning("could not compare %s's messages with those before its new master (%s)", broker, err)
                 continue

@@ -11,8 +11,10 @@ Likewise, under ``STARTS_KEY``, where the batch starts each queue it is the firs
 added to the topic, or whose broker came back): the rule that chose it asks the brokers things that
 change (the group's stored offsets), so the batch must not ask them again when it is run again.
 Under ``STAMPS_KEY``, per broker name, the store time of the newest message the driver had seen on
-it when it planned the batch: a restarted query compares it with what the brokers hold then, to
-find messages a new master stored at offsets the query had read or planned (``failovers.py``).
+it when it planned the batch: every message below the batch's ends on that broker name was stored
+by then. A restarted query compares it with what the brokers hold then, to find messages a new
+master stored at offsets the query had read or planned (``failovers.py``), and a task checks what
+it reads against it (``rows.py``): a later message was stored after the batch was planned.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ RESETS_KEY = "@resets"
 STARTS_KEY = "@starts"
 STAMPS_KEY = "@stamps"
 _METADATA_KEYS = frozenset({RESETS_KEY, STARTS_KEY, STAMPS_KEY})
+# A broker takes a message's store time before it orders the concurrent sends of a queue, so a
+# message can be stored a few milliseconds "before" the one below it. Only a message stored more
+# than this after a stamp counts as stored after it; a new master's own messages come an election
+# later (seconds: 13 to 23 s for a DLedger group in docs/operations.md).
+STORE_TIME_SLACK_MS = 1_000
 
 
 def to_spark(

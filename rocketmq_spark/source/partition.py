@@ -25,6 +25,10 @@ class ReadRange:
     queue: MessageQueue
     start: int
     end: int
+    # The store time of the newest message its broker name showed when the batch was planned
+    # (``offsets.STAMPS_KEY``): the range's messages were stored by then, and a message stored
+    # later is not the one planned at its offset (a new master's own: ``rows.BatchBuilder``).
+    stored_by_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,17 +83,28 @@ class RocketMQPartition(InputPartition):
     task: TaskOptions
 
 
-def make_partitions(options: SourceOptions, groups: list[list[QueueRange]]) -> list[RocketMQPartition]:
-    """A partition per group of planned ranges."""
+def make_partitions(
+    options: SourceOptions, groups: list[list[QueueRange]], stamps: Mapping[str, int] | None = None
+) -> list[RocketMQPartition]:
+    """A partition per group of planned ranges; ``stamps``: the batch's store times per broker name."""
     task = TaskOptions.of(options)
-    return [RocketMQPartition(tuple(ReadRange(r.queue, r.start, r.end) for r in group), task) for group in groups]
+    known = stamps or {}
+    return [
+        RocketMQPartition(
+            tuple(ReadRange(r.queue, r.start, r.end, known.get(r.queue.broker_name)) for r in group), task
+        )
+        for group in groups
+    ]
 
 
 def plan_partitions(
-    options: SourceOptions, start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int]
+    options: SourceOptions,
+    start: Mapping[MessageQueue, int],
+    end: Mapping[MessageQueue, int],
+    stamps: Mapping[str, int] | None = None,
 ) -> list[RocketMQPartition]:
     """The partitions of a batch reading ``[start, end)``, split and packed as the options ask."""
     groups = plan(
         start, end, min_partitions=options.min_partitions, max_per_partition=options.max_messages_per_partition
     )
-    return make_partitions(options, groups)
+    return make_partitions(options, groups, stamps)

@@ -18,9 +18,11 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from rocketmq_spark.records.layout import first_position
 from rocketmq_spark.remoting.client import PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
-from rocketmq_spark.remoting.errors import OffsetNotServedError, ProtocolError
+from rocketmq_spark.remoting.codes import MSG_FLAG_INNER_BATCH
+from rocketmq_spark.remoting.errors import IndexMismatchError, OffsetNotServedError, ProtocolError
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
 from rocketmq_spark.source.pulls import MOVES_ON, Pull, PullSender, describe, stalled
@@ -61,16 +63,24 @@ def read_partition(
     client, replicas = cluster.client, cluster.replicas
     builder = BatchBuilder(
         [
-            RowRange(part.task.display_topic(r.queue.topic), r.queue.broker_name, r.queue.queue_id, r.start, r.end)
+            RowRange(
+                part.task.display_topic(r.queue.topic),
+                r.queue.broker_name,
+                r.queue.queue_id,
+                r.start,
+                r.end,
+                r.stored_by_ms,
+            )
             for r in part.ranges
         ],
         part.task.tag_filter,
         part.task.max_body_bytes,
         part.task.columns,
     )
-    waiting = deque(
+    reads = [
         _RangeRead(PullSender(client, replicas, part, r), index, stalled_wait_s) for index, r in enumerate(part.ranges)
-    )
+    ]
+    waiting = deque(reads)
     active: list[_RangeRead] = []
     while waiting or active:
         while waiting and len(active) < TASK_PULLS_IN_FLIGHT:
@@ -86,11 +96,26 @@ def read_partition(
         active = [read for read in active if not read.done]
         if builder.rows >= ARROW_BATCH_ROWS or builder.body_bytes >= ARROW_BATCH_BODY_BYTES:
             batch = builder.flush()
+            _end_where_stored_later(builder, reads)
             if batch is not None:
                 yield batch
     batch = builder.flush()
+    _end_where_stored_later(builder, reads)
     if batch is not None:
         yield batch
+
+
+def _end_where_stored_later(builder: BatchBuilder, reads: list[_RangeRead]) -> None:
+    """The data-loss policy for ranges found holding messages stored after their batch was
+    planned (``BatchBuilder.take_cuts``), before any of those rows leave; such a range ends there."""
+    for index, (offset, stored_ms) in sorted(builder.take_cuts().items()):
+        read = reads[index]
+        read.end_at(offset)
+        rng = read.rng
+        late_ms = stored_ms - (rng.stored_by_ms or stored_ms)
+        on_data_loss(
+            [DataLoss.stored_after_planning(rng.queue, offset, rng.end, late_ms)], read.part.task.fail_on_data_loss
+        )
 
 
 def _plan(active: list[_RangeRead]) -> None:
@@ -126,6 +151,7 @@ class _RangeRead:
         self.rng = rng = sender.rng
         self.stalled_wait_s = stalled_wait_s
         self.depth = PULLS_IN_FLIGHT if part.task.reads_every_message else 1
+        self.end = rng.end  # lowered where a message stored after the batch was planned is found
         self.accepted = rng.start  # messages below this were handed out, or reported lost
         self.requested = rng.start  # where the next new span starts
         # In span order; those not sent yet (new spans, a short answer's rest) go with the next submit.
@@ -134,13 +160,17 @@ class _RangeRead:
 
     @property
     def done(self) -> bool:
-        return self.accepted >= self.rng.end
+        return self.accepted >= self.end
+
+    def end_at(self, offset: int) -> None:
+        """Read nothing from ``offset`` on (its messages are not those planned there)."""
+        self.end = min(self.end, offset)
 
     def plan_next(self) -> bool:
         """Add the next span to the pulls to send, if the range has one and room for it."""
-        if self.done or len(self.pulls) >= self.depth or self.requested >= self.rng.end:
+        if self.done or len(self.pulls) >= self.depth or self.requested >= self.end:
             return False
-        stop = min(self.requested + self.part.task.pull_batch_size, self.rng.end)
+        stop = min(self.requested + self.part.task.pull_batch_size, self.end)
         self.pulls.append(Pull(self.requested, stop))
         self.requested = stop
         return True
@@ -172,6 +202,8 @@ class _RangeRead:
         else fail; never one offset on by default."""
         start, status = pull.start, result.status
         if status in MOVES_ON and result.next_begin_offset > start:
+            if status is PullStatus.FOUND:
+                self._check_position(start, result)
             found = (result.body, self.accepted) if status is PullStatus.FOUND else None
             if self.depth == 1:  # only the answer says where to go on; no other pull is on the wire
                 self._start_over(result.next_begin_offset)
@@ -197,6 +229,27 @@ class _RangeRead:
             )
         self._start_over(resume)
         return None
+
+    def _check_position(self, start: int, result: PullResult) -> None:
+        """The first message of an answer must be one stored at an offset the pull asked for. A
+        broker whose consume queue disagrees with its messages cannot be read right: rows would get
+        the wrong offsets, and messages be skipped or repeated, so the read stops."""
+        stored_as, sys_flag = first_position(result.body)
+        whole_batch = bool(sys_flag & MSG_FLAG_INNER_BATCH) and stored_as <= start
+        if self.part.task.reads_every_message:
+            fits = stored_as == start
+        else:  # the broker skips what the filter does not match
+            fits = start <= stored_as < result.next_begin_offset
+        if fits or whole_batch:
+            return
+        raise IndexMismatchError(
+            f"{self.rng.queue}: the broker's consume queue and its messages disagree: offset {start} holds the "
+            f"message stored as offset {stored_as} ({stored_as - start:+d}). RocketMQ's store logs this as "
+            "'[BUG]logic queue order maybe wrong' (seen on a DLedger replica restarted and then elected master). "
+            "Reading on would give rows the wrong offsets and skip or repeat messages, so the read stops whatever "
+            "failOnDataLoss says: the queue can be read again once the broker's consume queue agrees with its "
+            "commit log (docs/operations.md#failures)"
+        )
 
     def _offset_moved(self, start: int, result: PullResult) -> int:
         """Where to go on after an OFFSET_MOVED answer to a pull at ``start``.

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import MS_PER_SECOND, MessageQueue
 from rocketmq_spark.remoting.errors import DataLossError
 from rocketmq_spark.source.offsets import OffsetMap
 
@@ -103,6 +103,21 @@ class DataLoss:
             f"are beyond the queue's end (max {max_offset}) although the batch was planned within it: "
             "the queue went backwards since, either because its broker name has a new master that lacks "
             "them (RocketMQ lost them in a failover) or because the topic was recreated",
+        )
+
+    @classmethod
+    def stored_after_planning(cls, queue: MessageQueue, lost_from: int, lost_to: int, late_ms: int) -> DataLoss:
+        """A task found a message stored ``late_ms`` after its batch was planned at a planned offset:
+        not the message planned there, which the broker no longer has at it."""
+        return cls(
+            queue,
+            lost_from,
+            lost_to,
+            f"hold other messages than when the batch was planned: the one at {lost_from} was stored "
+            f"{late_ms / MS_PER_SECOND:.1f} s after the newest its broker showed then, so its broker name has a new "
+            "master that lacks the planned ones and stored its own at their offsets (RocketMQ lost them in a "
+            "failover), or the topic was recreated. With failOnDataLoss=false the task stops reading the queue "
+            "there, and the batches after it read what the broker holds now",
         )
 
     @classmethod

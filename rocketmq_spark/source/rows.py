@@ -15,6 +15,7 @@ from rocketmq_spark.records.columns import ArrowColumns
 from rocketmq_spark.records.compression import DEFAULT_MAX_BODY_BYTES
 from rocketmq_spark.records.decoder import Decoded, PullDecoder
 from rocketmq_spark.remoting.errors import BodyTooLargeError
+from rocketmq_spark.source.offsets import STORE_TIME_SLACK_MS
 from rocketmq_spark.source.option_model import MAX_BODY_BYTES_FIX
 from rocketmq_spark.source.schema import ARROW_SCHEMA, COLUMNS, SCHEMA, arrow_schema
 
@@ -42,6 +43,9 @@ _ALWAYS_DECODED = frozenset({"queue_offset"})
 _TAG_CHECK = frozenset({"tags"})
 # Decoded in epoch milliseconds, read by Spark in microseconds.
 _TIMESTAMPS = frozenset({"bornTimestamp", "storeTimestamp"})
+# Checking that messages were stored by the time their batch was planned needs the store times.
+_STORE_CHECK = frozenset({"store_timestamp"})
+_NEVER_LATE = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class RowRange:
     queue_id: int
     start: int
     end: int
+    stored_by_ms: int | None = None  # every planned message was stored by then (``ReadRange``)
 
 
 class BatchBuilder:
@@ -65,6 +70,10 @@ class BatchBuilder:
     ``body_bytes`` reach its bound, so memory does not grow with the ranges. Batches hold
     ``columns`` (names of the source's schema) in that order; the decoding of the others is
     skipped where the decoder can.
+
+    A range that knows when its messages were stored by (``stored_by_ms``) ends at its first
+    message stored later, which is not the one planned at its offset: the caller takes those
+    ends (``take_cuts``) and applies the data-loss policy.
     """
 
     def __init__(
@@ -79,11 +88,20 @@ class BatchBuilder:
         self._queue_id = pa.array([r.queue_id for r in ranges], _INT32)
         self._start = np.array([r.start for r in ranges], np.int64)
         self._end = np.array([r.end for r in ranges], np.int64)
+        self._late_after = np.array(
+            [_NEVER_LATE if r.stored_by_ms is None else r.stored_by_ms + STORE_TIME_SLACK_MS for r in ranges], np.int64
+        )
+        self._checks_stores = any(r.stored_by_ms is not None for r in ranges)
+        self._cuts: dict[int, tuple[int, int]] = {}
         self._tags = None if tags is None else pa.array(sorted(tags), pa.string())
         self._columns = tuple(columns)
         self._schema = arrow_schema(StructType([SCHEMA[name] for name in self._columns]))
         wanted = frozenset(_DECODED[name] for name in self._columns if name in _DECODED) | _ALWAYS_DECODED
-        self._decoder = PullDecoder(max_body_bytes, wanted | (_TAG_CHECK if tags is not None else frozenset()))
+        if tags is not None:
+            wanted |= _TAG_CHECK
+        if self._checks_stores:
+            wanted |= _STORE_CHECK
+        self._decoder = PullDecoder(max_body_bytes, wanted)
         self._reset()
 
     def _reset(self) -> None:
@@ -113,6 +131,8 @@ class BatchBuilder:
         cols = decoded.columns
         offsets = cols.queue_offset.to_numpy()
         keep = (offsets >= low) & (offsets < self._end[range_of])
+        if self._checks_stores:
+            keep = self._cut_at_late(cols, offsets, range_of, keep)
         if self._tags is not None:
             keep &= pc.fill_null(pc.is_in(cols.tags, value_set=self._tags), False).to_numpy(zero_copy_only=False)
         if not keep.all():
@@ -128,6 +148,29 @@ class BatchBuilder:
         }
         arrays = [made[name]() if name in made else _row_column(cols, name) for name in self._columns]
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def take_cuts(self) -> dict[int, tuple[int, int]]:
+        """Ranges found holding a message stored after their batch was planned since the last
+        call: range index -> (its offset, its store time); each range now ends there."""
+        cuts, self._cuts = self._cuts, {}
+        return cuts
+
+    def _cut_at_late(
+        self, cols: ArrowColumns, offsets: np.ndarray, range_of: np.ndarray, keep: np.ndarray
+    ) -> np.ndarray:
+        """``keep`` without each range's messages from its first one stored after the batch was
+        planned on: a new master stored it at an offset whose planned message it lacks."""
+        stored = cols.store_timestamp.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        late = keep & (stored > self._late_after[range_of])
+        if not late.any():
+            return keep
+        for index in np.unique(range_of[late]):
+            mine = np.flatnonzero(late & (range_of == index))
+            first = mine[offsets[mine].argmin()]
+            self._end[index] = min(self._end[index], offsets[first])
+            self._cuts[int(index)] = (int(offsets[first]), int(stored[first]))
+        kept: np.ndarray = keep & (offsets < self._end[range_of])
+        return kept
 
     def _decode(self) -> Decoded:
         """The added pulls, decoded."""

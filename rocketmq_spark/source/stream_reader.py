@@ -199,12 +199,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _stamps(self, ends: Mapping[MessageQueue, int]) -> dict[str, int]:
         """Per broker name of the batch, the store time of the newest message seen on it: every
-        message below the batch's ends was stored no later (``Failovers.since``)."""
+        message below the batch's ends was stored no later (``Failovers.since``, ``rows.py``).
+        A broker name with a queue whose store time is not known up to its end has none."""
         stamps: dict[str, int] = {}
-        for queue, (_, stored_ms) in self.offsets.last_stored.items():
-            if queue in ends:
+        unknown = set()
+        stored = self.offsets.last_stored
+        for queue, end in ends.items():
+            max_offset, stored_ms = stored.get(queue, (0, 0))
+            if max_offset < end:
+                unknown.add(queue.broker_name)
+            elif end > 0:
                 stamps[queue.broker_name] = max(stored_ms, stamps.get(queue.broker_name, 0))
-        return stamps
+        return {broker: ms for broker, ms in stamps.items() if broker not in unknown}
 
     def _since_checkpoint(self, ends: OffsetMap, nested: Mapping[str, Any]) -> OffsetMap:
         """For the first batch end a restarted driver is given (it did not plan it), the queues
@@ -283,7 +289,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._rewound = {q: o for q, o in moved.items() if q in end_map}
             self._restart_checked = True
         self._batch = (full_start, ends)
-        return plan_partitions(self.options, full_start, ends)
+        return plan_partitions(self.options, full_start, ends, stamps_from_spark(end))
 
     def _standing(self) -> dict[MessageQueue, QueueStanding]:
         """Per queue, the stored offset and the last batch planned (what consumerStatus shows).

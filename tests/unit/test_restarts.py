@@ -151,3 +151,21 @@ def test_a_restart_while_a_broker_is_away_checks_the_others_and_holds_its_queues
     fake.away.clear()
     after = reader.latestOffset(end, ReadAllAvailable())
     assert ranges(reader.partitions(end, after)) == [(A0, 92, 110)]
+
+
+def test_a_broker_without_store_times_up_to_a_queues_end_gets_none() -> None:
+    """Only a stamp every planned message of its broker name was stored by is kept: one queue whose
+    last store time is not known up to its end (a broker without topic stats) leaves it out."""
+    fake = FakeOffsets({A0: (0, SEEN), A1: (0, SEEN), B0: (0, 50)}, times={A0: stores(SEEN, 0), B0: stores(50, 0)})
+    end = stream(fake).latestOffset(to_spark({A0: 90, A1: 95, B0: 0}), ReadAllAvailable())
+    assert end[STAMPS_KEY] == {"broker-b": STAMPS["broker-b"]}
+
+
+def test_each_range_of_a_batch_carries_its_brokers_store_time() -> None:
+    """Tasks check what they read against it (tests/unit/test_new_master_reads.py)."""
+    _, reader, _ = restarted((SEEN, 0))
+    start = to_spark({A0: 90, A1: 95, B0: 40})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    stamped = {r.queue: r.stored_by_ms for p in parts for r in p.ranges}  # type: ignore[attr-defined]
+    assert stamped == {A0: STAMPS["broker-a"], A1: STAMPS["broker-a"], B0: STAMPS["broker-b"]}
