@@ -142,13 +142,20 @@ class Stream:
     tests' own Spark: the sink holds each row once however often Spark runs a batch again."""
 
     def __init__(
-        self, spark: Any, handle: ClusterHandle, topic: str, group: str, workdir: Path, **options: str
+        self,
+        spark: Any,
+        handle: ClusterHandle,
+        topic: str,
+        group: str,
+        workdir: Path,
+        columns: Sequence[str] = SINK_COLUMNS,
+        **options: str,
     ) -> None:
         self.spark = spark
         self.topic = topic
         self.sink = workdir / "sink"
         self.checkpoint = workdir / "checkpoint"
-        df = stream(spark, handle, topic, group, **options).select(*SINK_COLUMNS)
+        df = stream(spark, handle, topic, group, **options).select(*columns)
         self.query = (
             df.writeStream.format("parquet")
             .option("path", str(self.sink))

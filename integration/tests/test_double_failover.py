@@ -21,14 +21,14 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cluster_config import LAYOUT_DLEDGER, ClusterError
-from integration.failover import Clusters, Stream, cluster_pool, handle_of
+from integration.failover import SINK_COLUMNS, Clusters, Stream, cluster_pool, handle_of
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.replicated import ReplicatedCluster
@@ -44,6 +44,10 @@ ROWS_BEFORE_FAILURE = 300
 SETTLE_S = 10.0  # between the steps: a new leader takes writes, a restarted replica rejoins
 ERROR_WAIT_S = 180.0  # the driver asks a short new master again for retryBudgetMs first
 POLL_S = 0.5
+IN_STEP_S = 60.0
+# What RocketMQ's store logs when it writes an index entry at another offset than the message's.
+INDEX_LOG = "[BUG]logic queue order maybe wrong"
+INDEX_ERROR = "consume queue and its messages disagree"
 # The Java tool's word when a topic holds fewer messages than it was asked to read.
 ARRIVED = re.compile(r"only (\d+) of \d+ messages arrived")
 
@@ -84,10 +88,15 @@ class Steady:
         return [m for m in self.messages if m["status"] == "SEND_OK"]
 
 
-def held(cluster: ReplicatedCluster, topic: str) -> set[tuple[str, tuple[str, int, int]]]:
+KeyPosition = tuple[str, tuple[str, int, int]]
+# The sink's columns: the test's (key, position), and which master stored each row and when.
+COLUMNS = (*SINK_COLUMNS, "storeHost", "storeTimestamp")
+
+
+def held(cluster: ReplicatedCluster, topic: str) -> dict[KeyPosition, str]:
     """(key, position) of every message the topic holds, as RocketMQ's own client reads them from
-    each queue's first offset. The max offsets bound that count; where the Java consumer finds
-    fewer (it says how many), it reads that many."""
+    each queue's first offset, with the master that stored it and when. The max offsets bound that
+    count; where the Java consumer finds fewer (it says how many), it reads that many."""
     handle = handle_of(cluster)
     count = sum(max_offsets(handle, topic).values())  # nothing expired: every queue starts at 0
     try:
@@ -98,21 +107,56 @@ def held(cluster: ReplicatedCluster, topic: str) -> set[tuple[str, tuple[str, in
             raise
         print(f"\nthe Java consumer finds {found.group(1)} messages below max offsets summing to {count}")
         rows = handle.tool("consume", "--topic", topic, "--count", found.group(1), "--print")
-    return {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in rows}
+    return {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])): stored_by(m) for m in rows}
 
 
-def wait_holding(stream: Stream, expected: set[tuple[str, tuple[str, int, int]]]) -> None:
+def stored_by(row: Mapping[str, Any]) -> str:
+    return f"{row['storeHost']} at {row['storeTimestamp']}"
+
+
+def wait_holding(stream: Stream, expected: Mapping[KeyPosition, str]) -> str | None:
     """Until the sink holds every message of ``expected`` (key and position: a lost message read
-    before the failover is not the new one at its offset); the stream failing fails it."""
+    before the failover is not the new one at its offset); the stream's error if it fails."""
     deadline = time.monotonic() + ERROR_WAIT_S
-    while not expected <= set(rows := stream.rows()):
-        stream.check_alive("every message the topic holds")
+    while not set(expected) <= set(rows := stream.rows()):
+        if (error := stream.query.exception()) is not None:
+            return str(error)
         if time.monotonic() >= deadline:
-            missing = sorted(expected - set(rows), key=lambda kp: kp[1])
-            there = {p: k for k, p in rows}
-            sample = [f"{key} at {position} (the sink: {there.get(position)})" for key, position in missing[:20]]
+            missing = sorted(set(expected) - set(rows), key=lambda kp: kp[1])
+            sink = stream.spark.read.parquet(str(stream.sink)).collect()
+            there = {(r.brokerName, r.queueId, r.queueOffset): f"{r.keys} by {stored_by(r.asDict())}" for r in sink}
+            sample = [
+                f"{key} at {position} by {expected[(key, position)]} (the sink: {there.get(position)})"
+                for key, position in missing[:20]
+            ]
             raise AssertionError(f"the stream did not read {len(missing)} of the messages the topic holds: {sample}")
         time.sleep(POLL_S)
+    return None
+
+
+def index_mismatches(cluster: ReplicatedCluster, topic: str) -> list[str]:
+    """The lines in which the replicas' stores logged that a queue of the topic got index entries
+    at other offsets than its messages were stored as."""
+    logs = (cluster.config.workdir / "home").glob("*/logs/rocketmqlogs/storeerror.log")
+    return [
+        line
+        for log in logs
+        for line in log.read_text(errors="replace").splitlines()
+        if INDEX_LOG in line and topic in line
+    ]
+
+
+def check_index_error(said: str, cluster: ReplicatedCluster, topic: str) -> None:
+    """The stream stopped because a replica's consume queue disagrees with its messages: so
+    RocketMQ's store says too, and the error names the queue and both offsets."""
+    logged = index_mismatches(cluster, topic)
+    assert logged, f"the stream says an index disagrees with its messages, which no replica logged: {said[:2000]}"
+    assert re.search(
+        rf"{topic}/{BROKER}/\d+: the broker's consume queue and its messages disagree: offset \d+ holds", said
+    )
+    print(
+        f"a replica's consume queue disagrees with its messages ({len(logged)} lines, first: {logged[0]}); the stream stopped: {said[:600]}"
+    )
 
 
 def wait_failed(stream: Stream) -> str:
@@ -129,7 +173,7 @@ def test_dledger_double_failover(spark: Any, clusters: Clusters, tmp_path: Path,
     create_topic(handle_of(cluster), topic, queues=QUEUES)
     cluster.spread_topic(topic)
     steady = Steady(cluster, topic, tmp_path)
-    stream = Stream(spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest")
+    stream = Stream(spark, handle_of(cluster), topic, group, tmp_path, COLUMNS, startingOffsets="earliest")
     try:
         stream.wait_rows(ROWS_BEFORE_FAILURE, "the rows before the first failure")
         first = cluster.master(BROKER)
@@ -144,25 +188,46 @@ def test_dledger_double_failover(spark: Any, clusters: Clusters, tmp_path: Path,
         time.sleep(SETTLE_S)
     finally:
         sent = steady.stop()
+    try:
+        cluster.wait_in_step(topic, IN_STEP_S)
+    except ClusterError as err:
+        print(f"\nthe replicas are not in step: {err}")
     stored = held(cluster, topic)
-    lost = {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in sent} - stored
+    lost = {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in sent} - set(stored)
     print(f"\nleaders {first}, {second}, then {third}: {len(sent)} sent SEND_OK, {len(stored)} held, {len(lost)} lost")
     try:
         if lost:
             said = wait_failed(stream)
             print(f"the stream stopped: {said[:1000]}")
+            if INDEX_ERROR in said:
+                check_index_error(said, cluster, topic)
+                return
             if "a new master of" in said:  # decided when a batch was planned: every fact named
                 assert f"a new master of {BROKER}" in said, said[:2000]
                 assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) \(\d+: \d+ read, \d+ not\)", said)
                 assert re.search(r"In all \d+ messages", said), said[:2000]
-            else:  # a batch planned on the old master, read from the new one: the task decides
+            elif "beyond the queue's end" in said:  # planned on the old master, the new one shorter
                 assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) are beyond the queue's end", said)
                 assert "a new master that lacks them" in said, said[:2000]
+            else:  # planned on the old master, the new one holding its own messages at those offsets
+                assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) hold other messages", said), said[:2000]
+                assert "stored its own at their offsets" in said, said[:2000]
             stream.stop()
             stream = Stream(
-                spark, handle_of(cluster), topic, group, tmp_path, startingOffsets="earliest", failOnDataLoss="false"
+                spark,
+                handle_of(cluster),
+                topic,
+                group,
+                tmp_path,
+                COLUMNS,
+                startingOffsets="earliest",
+                failOnDataLoss="false",
             )
-        wait_holding(stream, stored)
+        failed = wait_holding(stream, stored)
+        if failed is not None:
+            assert INDEX_ERROR in failed, f"the stream failed: {failed[:2000]}"
+            check_index_error(failed, cluster, topic)
+            return
         rows = stream.rows()
     finally:
         stream.stop()
