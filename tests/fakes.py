@@ -86,6 +86,8 @@ class OffsetQuestions(Protocol):
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap: ...
 
+    def stored_as(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]: ...
+
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]: ...
 
     def group_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int]: ...
@@ -202,6 +204,8 @@ class FakeOffsets(OffsetQuestions):
         self.ranges = dict(queues)
         self.stored: dict[MessageQueue, int] = dict(stored or {})
         self.times = dict(times or {})
+        self.shifted: dict[MessageQueue, int] = {}  # queues whose index points at messages stored elsewhere
+        self.index_checks: list[dict[MessageQueue, int]] = []  # the offsets each index check pulled
         self.away: set[str] = set()  # brokers not registered: out of the routes
         self.frozen: set[str] = set()  # brokers registered that do not answer
         self.slave_read: set[str] = set()  # brokers with no master listed, read from a slave
@@ -251,6 +255,11 @@ class FakeOffsets(OffsetQuestions):
             low, high = self.routed()[q]
             out[q] = next((o for o in range(low, high) if self.times[q][o] >= timestamp_ms), high)
         return out
+
+    def stored_as(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """The offset each message was stored as: its index offset, but on queues ``shifted``."""
+        self.index_checks.append(dict(offsets))
+        return {q: o + self.shifted.get(q, 0) for q, o in offsets.items()}
 
     def stored_offsets(self, queues: Iterable[MessageQueue], group: str) -> dict[MessageQueue, int | None]:
         return {q: self.stored.get(q) for q in queues}

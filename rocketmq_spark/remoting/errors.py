@@ -113,8 +113,18 @@ class OffsetNotServedError(RocketMQError):
 class IndexMismatchError(RocketMQError):
     """A broker's consume queue and its messages disagree on where a message is: a pull of one
     offset returns a message stored as another. Reading on would put rows at the wrong offsets and
-    skip or repeat messages, so the read stops. The message names the queue, both offsets and the
-    broker."""
+    skip or repeat messages, so the read stops. The message names the queue and both offsets."""
+
+    @classmethod
+    def at(cls, queue: object, offset: int, stored_as: int) -> IndexMismatchError:
+        return cls(
+            f"{queue}: the broker's consume queue and its messages disagree: offset {offset} holds the message "
+            f"stored as offset {stored_as} ({stored_as - offset:+d}). RocketMQ's store logs this as '[BUG]logic "
+            "queue order maybe wrong' (seen on a DLedger replica restarted and then elected master). Reading on "
+            "would give rows the wrong offsets and skip or repeat messages, so the read stops whatever "
+            "failOnDataLoss says: the queue can be read again once the broker's consume queue agrees with its "
+            "commit log (docs/operations.md#failures)"
+        )
 
 
 class OffsetResetError(RocketMQError):

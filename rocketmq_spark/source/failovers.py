@@ -28,7 +28,7 @@ import logging
 from collections.abc import Mapping
 
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.errors import IndexMismatchError, RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.offsets import STORE_TIME_SLACK_MS, OffsetMap
@@ -70,6 +70,8 @@ class Failovers:
         if short:
             latest = {**latest, **self._wait(short, begins)}
         mine = [q for q in latest if q.broker_name in changed]
+        if mine:
+            self._check_index({q: latest[q] - 1 for q in mine if latest[q] > 0})
         kept = {**latest, **self._new_messages_from(mine)} if mine else {}
         before = {q: Failover(max(self._highest.get(q, 0), begins.get(q, 0)), min(latest[q], kept[q])) for q in mine}
         self._highest = {
@@ -110,6 +112,20 @@ class Failovers:
         if moved:
             log.info("queues %s hold other messages than when the checkpoint's batch was planned", sorted(moved))
         return moved
+
+    def _check_index(self, last: Mapping[MessageQueue, int]) -> None:
+        """A new master's queues must hold each message at the offset it was stored as: a replica
+        restarted and elected may serve an index shifted against its messages (RocketMQ's
+        '[BUG]logic queue order maybe wrong'), whose max offsets would look like lost messages.
+        One pull of its last message per queue, only after a master change."""
+        try:
+            stored = self._offsets.stored_as(last)
+        except RocketMQError as err:
+            log.warning("could not check the new master's index against its messages (%s)", err)
+            return
+        wrong = sorted(q for q, offset in stored.items() if offset != last[q])
+        if wrong:
+            raise IndexMismatchError.at(wrong[0], last[wrong[0]], stored[wrong[0]])
 
     def _new_messages_from(self, queues: list[MessageQueue]) -> OffsetMap:
         """Per queue, where the new master's own messages begin, if below the last max offset seen

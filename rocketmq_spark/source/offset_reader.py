@@ -24,10 +24,11 @@ from typing import TypeVar
 from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.records.layout import first_position
 from rocketmq_spark.remoting import calls
-from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, QueueOffsets
+from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
-from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.codes import MSG_FLAG_INNER_BATCH, ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
     NoReplicaError,
@@ -314,6 +315,19 @@ class OffsetReader:
         if near:
             found.update(time_search.first_at_or_after(near, timestamp_ms, self._pull_round))
         return {q: found[q] for q in answers}
+
+    def stored_as(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """Per queue, the offset its message at the given one says it was stored as: its index
+        and its messages agree where the two are equal (or an inner batch's starts below)."""
+        group = self.options.pull_group
+        answers = self._per_queue(
+            offsets, lambda q: calls.pull(calls.PullSpec(q, group), offsets[q], 1), "the index's messages"
+        )
+        found = {q: first_position(a.body) for q, a in answers.items() if a.status is PullStatus.FOUND and a.body}
+        return {
+            q: offsets[q] if sys_flag & MSG_FLAG_INNER_BATCH and stored <= offsets[q] else stored
+            for q, (stored, sys_flag) in found.items()
+        }
 
     def _pull_round(self, probes: Mapping[MessageQueue, time_search.Probe]) -> dict[MessageQueue, PullResult]:
         group = self.options.pull_group

@@ -242,14 +242,7 @@ class _RangeRead:
             fits = start <= stored_as < result.next_begin_offset
         if fits or whole_batch:
             return
-        raise IndexMismatchError(
-            f"{self.rng.queue}: the broker's consume queue and its messages disagree: offset {start} holds the "
-            f"message stored as offset {stored_as} ({stored_as - start:+d}). RocketMQ's store logs this as "
-            "'[BUG]logic queue order maybe wrong' (seen on a DLedger replica restarted and then elected master). "
-            "Reading on would give rows the wrong offsets and skip or repeat messages, so the read stops whatever "
-            "failOnDataLoss says: the queue can be read again once the broker's consume queue agrees with its "
-            "commit log (docs/operations.md#failures)"
-        )
+        raise IndexMismatchError.at(self.rng.queue, start, stored_as)
 
     def _offset_moved(self, start: int, result: PullResult) -> int:
         """Where to go on after an OFFSET_MOVED answer to a pull at ``start``.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.remoting.errors import DataLossError
+from rocketmq_spark.remoting.errors import DataLossError, IndexMismatchError
 from rocketmq_spark.source.offsets import STAMPS_KEY, to_spark
 from rocketmq_spark.source.planning import Failover, reconcile
 from rocketmq_spark.source.spark_api import ReadAllAvailable, ReadMaxRows
@@ -151,6 +151,32 @@ def test_a_healthy_trigger_asks_no_store_times_and_a_master_change_asks_once(mon
     fake.ranges[A0] = (0, 120)
     reader.latestOffset(end, ReadAllAvailable())
     assert searched == [[A0, A1]]
+
+
+def test_a_new_masters_index_is_checked_once_against_its_last_messages() -> None:
+    fake, reader, end = running()
+    fake.ranges[A0] = (0, 110)
+    end = reader.latestOffset(end, ReadAllAvailable())
+    assert fake.index_checks == []  # a healthy trigger pulls nothing
+    fake.elections.add("broker-a")
+    end = reader.latestOffset(end, ReadAllAvailable())
+    assert fake.index_checks == [{A0: 109, A1: 99}]
+    reader.latestOffset(end, ReadAllAvailable())
+    assert len(fake.index_checks) == 1
+
+
+def test_a_new_master_whose_index_disagrees_with_its_messages_stops_the_query_naming_it() -> None:
+    """Its max offsets would look like lost messages: they are there, indexed at other offsets."""
+    fake, reader, end = running(failOnDataLoss="false")
+    fake.elections.add("broker-a")
+    fake.ranges.update({A0: (0, 32), A1: (0, 32)})  # the index is 68 short of the messages
+    fake.shifted.update({A0: 68, A1: 68})
+    with pytest.raises(IndexMismatchError) as stopped:
+        reader.latestOffset(end, ReadAllAvailable())
+    said = str(stopped.value)
+    assert "orders/broker-a/0: the broker's consume queue and its messages disagree" in said
+    assert "offset 31 holds the message stored as offset 99 (+68)" in said
+    assert "fewer messages" not in said
 
 
 def test_reconcile_tells_a_failover_from_a_recreated_topic() -> None:
