@@ -122,11 +122,11 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # broker is down, a broker frozen past retryBudgetMs, readQueueNums lowered and raised; then the
 # failovers of replicated clusters of their own (integration/tests/test_failover.py): master-slave
 # on 5.3.3 (with and without slave reads) and 4.9.7, a DLedger group, controller mode, a batch read
-# served by a slave. About 16 minutes on 2 cores (docs/development/testing.md).
-# FAULTS_LEAVE=<marker> leaves a marked part out.
-# A DLedger group that loses two leaders in a row under steady sends, so that RocketMQ may lose
-# acknowledged messages (integration/tests/test_double_failover.py, 4 to 8 minutes). Not in CI:
-# on its loss path it has been seen to miss messages RocketMQ's consumer finds (docs/offsets.md).
+# served by a slave; last, a DLedger group that loses two leaders in a row under steady sends, so
+# that RocketMQ may lose acknowledged messages (integration/tests/test_double_failover.py, 4 to 8
+# minutes). About 22 minutes on 2 cores (docs/development/testing.md).
+# FAULTS_LEAVE=<marker> leaves a marked part out: .ci/run runs the double failover on its own
+# (make double-failover) in its other lane, where there is room.
 double-failover: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m double_failover $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status

@@ -72,6 +72,7 @@ class Failovers:
         mine = [q for q in latest if q.broker_name in changed]
         if mine:
             self._check_index({q: latest[q] - 1 for q in mine if latest[q] > 0})
+            self._check_index({q: begins[q] - 1 for q in mine if 0 < begins.get(q, 0) <= latest[q]})
         kept = {**latest, **self._new_messages_from(mine)} if mine else {}
         before = {q: Failover(max(self._highest.get(q, 0), begins.get(q, 0)), min(latest[q], kept[q])) for q in mine}
         self._highest = {
@@ -99,6 +100,7 @@ class Failovers:
         short = [q for q, o in latest.items() if o < ends[q]]
         if short:
             latest = {**latest, **self._wait(short, ends)}
+        self._check_index({q: min(o, ends[q]) - 1 for q, o in latest.items() if min(o, ends[q]) > 0})
         found: OffsetMap = {}
         for broker in sorted({q.broker_name for q in latest}):
             mine = [q for q in latest if q.broker_name == broker]
@@ -117,7 +119,10 @@ class Failovers:
         """A new master's queues must hold each message at the offset it was stored as: a replica
         restarted and elected may serve an index shifted against its messages (RocketMQ's
         '[BUG]logic queue order maybe wrong'), whose max offsets would look like lost messages.
-        One pull of its last message per queue, only after a master change."""
+        One pull of one message per queue and offset asked (its last, where the query stands),
+        only after a master change and once per restart."""
+        if not last:
+            return
         try:
             stored = self._offsets.stored_as(last)
         except RocketMQError as err:

@@ -153,16 +153,17 @@ def test_a_healthy_trigger_asks_no_store_times_and_a_master_change_asks_once(mon
     assert searched == [[A0, A1]]
 
 
-def test_a_new_masters_index_is_checked_once_against_its_last_messages() -> None:
+def test_a_new_masters_index_is_checked_once_where_the_query_stands_and_at_its_end() -> None:
     fake, reader, end = running()
     fake.ranges[A0] = (0, 110)
     end = reader.latestOffset(end, ReadAllAvailable())
     assert fake.index_checks == []  # a healthy trigger pulls nothing
     fake.elections.add("broker-a")
+    fake.ranges[A0] = (0, 120)
     end = reader.latestOffset(end, ReadAllAvailable())
-    assert fake.index_checks == [{A0: 109, A1: 99}]
+    assert fake.index_checks == [{A0: 119, A1: 99}, {A0: 109, A1: 99}]
     reader.latestOffset(end, ReadAllAvailable())
-    assert len(fake.index_checks) == 1
+    assert len(fake.index_checks) == 2
 
 
 def test_a_new_master_whose_index_disagrees_with_its_messages_stops_the_query_naming_it() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting.errors import DataLossError
+from rocketmq_spark.remoting.errors import DataLossError, IndexMismatchError
 from rocketmq_spark.source.failovers import rerun_ends
 from rocketmq_spark.source.offsets import STAMPS_KEY, OffsetMap, to_spark
 from rocketmq_spark.source.spark_api import ReadAllAvailable
@@ -169,3 +169,13 @@ def test_each_range_of_a_batch_carries_its_brokers_store_time() -> None:
     parts = reader.partitions(start, end)
     stamped = {r.queue: r.stored_by_ms for p in parts for r in p.ranges}  # type: ignore[attr-defined]
     assert stamped == {A0: STAMPS["broker-a"], A1: STAMPS["broker-a"], B0: STAMPS["broker-b"]}
+
+
+def test_a_restart_on_a_master_whose_index_disagrees_with_its_messages_stops_naming_it() -> None:
+    """A replica restarted and elected while the query was stopped may serve a shifted index."""
+    fake, reader, _ = restarted((SEEN, 0), failOnDataLoss="false")
+    fake.shifted[A0] = 68
+    with pytest.raises(
+        IndexMismatchError, match=r"orders/broker-a/0: .* offset 99 holds the message stored as offset 167"
+    ):
+        reader.latestOffset(checkpoint({A0: SEEN, A1: SEEN, B0: 50}), ReadAllAvailable())
