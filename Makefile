@@ -126,10 +126,11 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 # that RocketMQ may lose acknowledged messages (integration/tests/test_double_failover.py, 4 to 8
 # minutes). About 22 minutes on 2 cores (docs/development/testing.md).
 # FAULTS_LEAVE=<marker> leaves a marked part out: .ci/run runs the double failover on its own
-# (make double-failover) in its other lane, where there is room.
+# (make double-failover) in its other lane, where there is room. -rP prints what the test said
+# when it passes too: which of its outcomes the election gave.
 double-failover: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest -m double_failover $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest -m double_failover -rP $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
