@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from itertools import accumulate
 from typing import Final
 
+from rocketmq_spark.remoting import codes
+
 BYTE_ORDER: Final = ">"
 # A host is an address and an int32 port. An IPv4 host is read whole as one unsigned 64-bit
 # int (cheap to hash, so it keys the cache of rendered hosts); an IPv6 one as 20 raw bytes.
@@ -85,8 +87,8 @@ def size_of(code: str) -> int:
 _POSITION = prefix_struct(("queue_offset", "sys_flag"))
 
 
-def first_position(body: bytes) -> tuple[int, int]:
-    """The queue offset a PULL body's first record was stored as, and its sys flag (an inner
-    batch's record holds the messages from that offset on)."""
+def first_stored_as(body: bytes, pulled: int) -> int:
+    """The queue offset a PULL body's first record was stored as; ``pulled`` where that record is
+    an inner batch starting at or below the offset pulled (it holds the messages from its own on)."""
     queue_offset, sys_flag = _POSITION.unpack_from(body, 0)
-    return int(queue_offset), int(sys_flag)
+    return pulled if sys_flag & codes.MSG_FLAG_INNER_BATCH and queue_offset <= pulled else int(queue_offset)

@@ -72,7 +72,8 @@ class Failovers:
         mine = [q for q in latest if q.broker_name in changed]
         if mine:
             self._check_index({q: latest[q] - 1 for q in mine if latest[q] > 0})
-            self._check_index({q: begins[q] - 1 for q in mine if 0 < begins.get(q, 0) <= latest[q]})
+            # Where the query stands, unless that is the end just checked (a query caught up).
+            self._check_index({q: begins[q] - 1 for q in mine if 0 < begins.get(q, 0) < latest[q]})
         kept = {**latest, **self._new_messages_from(mine)} if mine else {}
         before = {q: Failover(max(self._highest.get(q, 0), begins.get(q, 0)), min(latest[q], kept[q])) for q in mine}
         self._highest = {

@@ -24,11 +24,11 @@ from typing import TypeVar
 from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.records.layout import first_position
+from rocketmq_spark.records.layout import first_stored_as
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
-from rocketmq_spark.remoting.codes import MSG_FLAG_INNER_BATCH, ResponseCode
+from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
     NoReplicaError,
@@ -323,10 +323,10 @@ class OffsetReader:
         answers = self._per_queue(
             offsets, lambda q: calls.pull(calls.PullSpec(q, group), offsets[q], 1), "the index's messages"
         )
-        found = {q: first_position(a.body) for q, a in answers.items() if a.status is PullStatus.FOUND and a.body}
         return {
-            q: offsets[q] if sys_flag & MSG_FLAG_INNER_BATCH and stored <= offsets[q] else stored
-            for q, (stored, sys_flag) in found.items()
+            q: first_stored_as(a.body, offsets[q])
+            for q, a in answers.items()
+            if a.status is PullStatus.FOUND and a.body
         }
 
     def _pull_round(self, probes: Mapping[MessageQueue, time_search.Probe]) -> dict[MessageQueue, PullResult]:

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from rocketmq_spark.records.layout import first_position
+from rocketmq_spark.records.layout import first_stored_as
 from rocketmq_spark.remoting.client import PullResult, PullStatus, RocketMQClient
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
-from rocketmq_spark.remoting.codes import MSG_FLAG_INNER_BATCH
 from rocketmq_spark.remoting.errors import IndexMismatchError, OffsetNotServedError, ProtocolError
 from rocketmq_spark.source.partition import RocketMQPartition
 from rocketmq_spark.source.planning import DataLoss, on_data_loss
@@ -234,13 +233,12 @@ class _RangeRead:
         """The first message of an answer must be one stored at an offset the pull asked for. A
         broker whose consume queue disagrees with its messages cannot be read right: rows would get
         the wrong offsets, and messages be skipped or repeated, so the read stops."""
-        stored_as, sys_flag = first_position(result.body)
-        whole_batch = bool(sys_flag & MSG_FLAG_INNER_BATCH) and stored_as <= start
+        stored_as = first_stored_as(result.body, start)
         if self.part.task.reads_every_message:
             fits = stored_as == start
         else:  # the broker skips what the filter does not match
             fits = start <= stored_as < result.next_begin_offset
-        if fits or whole_batch:
+        if fits:
             return
         raise IndexMismatchError.at(self.rng.queue, start, stored_as)
 
