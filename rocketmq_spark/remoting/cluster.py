@@ -11,7 +11,8 @@ client:
 - ``client``: the connections (one control connection per address, replaced when it breaks; the
   per-thread pull connections of the read path) and the typed requests over them;
 - ``replicas``: the topics' routes with one cache and one refresh rule, which replica serves a
-  read and which master takes a send, and the addresses that failed lately and for how long;
+  read and which master takes a send, and the addresses that failed lately and for how long (the
+  process's one memory of them, ``outages.PROCESS_OUTAGES``, which its retry policies share too);
 - ``members``: who answers what brokers ask over those connections: each stream the driver runs
   registers its consumer group membership there, by client id.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.client_requests import Members
+from rocketmq_spark.remoting.outages import PROCESS_OUTAGES, Outages
 from rocketmq_spark.remoting.replicas import Replicas
 
 
@@ -42,9 +44,12 @@ class Cluster:
     members: Members = field(default_factory=Members)
 
     @classmethod
-    def of(cls, client: RocketMQClient, clock: Callable[[], float] = time.monotonic) -> Cluster:
-        """A view of its own over ``client`` (tests, benchmarks, a caller that owns its client)."""
-        return cls(client, Replicas(client.topic_route, clock))
+    def of(
+        cls, client: RocketMQClient, clock: Callable[[], float] = time.monotonic, outages: Outages | None = None
+    ) -> Cluster:
+        """A view over ``client``; with no ``outages``, a memory of failed addresses of its own
+        (tests, benchmarks, a caller that owns its client)."""
+        return cls(client, Replicas(client.topic_route, clock, outages or Outages()))
 
     def answer_brokers(self) -> None:
         """Have the members answer what brokers ask on the client's connections (the driver's
@@ -62,5 +67,5 @@ def shared_cluster(config: ClientConfig) -> Cluster:
     with _clusters_lock:
         cluster = _clusters.get(config)
         if cluster is None:
-            cluster = _clusters[config] = Cluster.of(RocketMQClient(config))
+            cluster = _clusters[config] = Cluster.of(RocketMQClient(config), outages=PROCESS_OUTAGES)
         return cluster

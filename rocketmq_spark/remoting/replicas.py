@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError, TopicNotFoundError
+from rocketmq_spark.remoting.outages import Outages
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID, TopicRoute
 
 # How long routes are trusted before the name server is asked again, when nothing failed.
@@ -90,7 +91,8 @@ class _Topic:
 
 @dataclass
 class Replicas:
-    """The routes of the topics a process reads or writes, and the addresses that failed lately.
+    """The routes of the topics a process reads or writes, and the addresses that failed lately
+    (``outages``: the process's one memory of them, which its retry policies share).
 
     Safe to share between threads (one lock); the driver and every task of an executor process
     ask one per client configuration. Whether the name server is asked is decided here alone
@@ -99,9 +101,8 @@ class Replicas:
 
     fetch_route: Callable[[str], TopicRoute]
     clock: Callable[[], float] = time.monotonic
+    outages: Outages = field(default_factory=Outages)
     _topics: dict[str, _Topic] = field(default_factory=dict)
-    # address -> (until when, whether it failed as a slave: refused, behind, without the topic)
-    _passed_over: dict[str, tuple[float, bool]] = field(default_factory=dict)
     _suggested: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (topic, broker, queue) -> id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -176,12 +177,8 @@ class Replicas:
         master = broker.addresses.get(MASTER_BROKER_ID)
         with self._lock:
             suggested = None if queue_id is None else self._suggested.get((topic, broker_name, queue_id))
-            now = self.clock()
-            passed = {
-                a
-                for a, (until, as_slave) in self._passed_over.items()
-                if until > now and not (as_slave and a == master)
-            }
+        now = self.clock()
+        passed = {a for a in broker.addresses.values() if self.outages.passed_over(a, now, as_master=a == master)}
         return read_order(broker.addresses, suggested, passed)
 
     def read_replica(self, topic: str, broker_name: str, queue_id: int | None = None) -> tuple[int, str]:
@@ -208,8 +205,9 @@ class Replicas:
         ``topic`` (of every topic if None) again soon, as a new master may be registered elsewhere.
         ``as_slave``: it answered as a slave does (refused reads, behind, without the topic),
         which says nothing of it once the routes list it as the master."""
+        now = self.clock()
+        self.outages.failed(address, now, pass_over_until=now + PASSED_OVER_S, as_slave=as_slave)
         with self._lock:
-            self._passed_over[address] = (self.clock() + PASSED_OVER_S, as_slave)
             self._stale(topic)
             # A hint that named a replica that just failed is dropped.
             self._suggested = {k: v for k, v in self._suggested.items() if topic is not None and k[0] != topic}
@@ -218,13 +216,5 @@ class Replicas:
         """Whether the address failed within ``PASSED_OVER_S`` and has not answered since: the
         sink's unordered rows go to other brokers meanwhile, as the Java producer avoids a broker
         that failed a send. What an address said as a slave does not count here: sends go only to
-        the masters the routes list. Asked for every row, so it takes no lock: an entry is only
-        ever replaced or removed whole."""
-        entry = self._passed_over.get(address)
-        return entry is not None and not entry[1] and entry[0] > self.clock()
-
-    def answered(self, address: str) -> None:
-        """An address answered: it is asked again like any other."""
-        if address in self._passed_over:
-            with self._lock:
-                self._passed_over.pop(address, None)
+        the masters the routes list. Asked for every row, so it takes no lock."""
+        return self.outages.passed_over(address, self.clock(), as_master=True)

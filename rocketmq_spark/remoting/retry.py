@@ -20,7 +20,9 @@ address, port or network path and waiting helps nobody, and a long one (``retryB
 it runs, where the likely cause is a broker restarting.
 
 Retries are logged by state, not by attempt: the first failure of a server in this process is
-one warning, its recovery one more line, and the attempts in between are debug messages. A
+one warning, its recovery one more line, and the attempts in between are debug messages (the
+state is the process's memory of failing servers, ``outages.PROCESS_OUTAGES``, which its routes
+share). A
 broker restart under a task with many pulls on the wire is then two lines, not dozens.
 """
 
@@ -28,13 +30,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from rocketmq_spark.remoting.errors import BrokerResponseError, RocketMQError
+from rocketmq_spark.remoting.outages import PROCESS_OUTAGES, Outages
 
 log = logging.getLogger(__name__)
 
@@ -48,32 +50,6 @@ DEFAULT_MAX_BACKOFF_S = 5.0
 BACKOFF_FACTOR = 2
 # A budget that never runs out: the policy is bounded by its count of attempts alone.
 NO_BUDGET = math.inf
-
-
-class _Outages:
-    """The servers this process is retrying now, so each outage is logged once however many calls
-    meet it, and its end once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._since: dict[str, float] = {}
-
-    def failed(self, subject: str, now: float) -> bool:
-        """Note that calls to ``subject`` fail; True if that is news."""
-        with self._lock:
-            if subject in self._since:
-                return False
-            self._since[subject] = now
-            return True
-
-    def ended(self, subject: str, now: float) -> float | None:
-        """Note that ``subject`` answers (or is given up on); how long it failed, if it was failing."""
-        with self._lock:
-            since = self._since.pop(subject, None)
-        return None if since is None else now - since
-
-
-_outages = _Outages()
 
 
 def _subject(error: RocketMQError, what: str) -> str:
@@ -98,6 +74,7 @@ class Retry:
     answers: frozenset[int] = frozenset()
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
+    outages: Outages = field(default=PROCESS_OUTAGES, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:
@@ -146,17 +123,17 @@ class Retry:
             except RocketMQError as err:
                 if not attempts.again(err):
                     if subject is not None:
-                        _outages.ended(subject, self.clock())  # the raised error tells the rest
+                        self.outages.quiet(subject)  # the raised error tells the rest
                     raise
                 if subject is None:
                     subject = _subject(err, what)
-                    if _outages.failed(subject, self.clock()):
+                    if self.outages.warn(subject, self.clock()):
                         log.warning("%s failed (%s); retrying %s", what, err, self.limits())
                 log.debug("%s failed (%s); attempt %d, next in %.1f s", what, err, attempts.failed, attempts.pause_s)
                 attempts.pause()
             else:
                 if subject is not None:
-                    down_s = _outages.ended(subject, self.clock())
+                    down_s = self.outages.answered(subject, self.clock())
                     if down_s is not None:  # a warning too, so the console shows the outage ended
                         log.warning("%s answers again, after %.1f s", subject, down_s)
                 return result

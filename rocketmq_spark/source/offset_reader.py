@@ -181,9 +181,10 @@ class OffsetReader:
 
     def _topic_stats(
         self, queues: list[MessageQueue]
-    ) -> tuple[dict[MessageQueue, QueueOffsets], dict[str, RocketMQError]]:
-        """Min and max offsets of the queues' topics on each broker that answers topic stats, and
-        the brokers that failed in a way that may mean they went away or hang, with why."""
+    ) -> tuple[dict[MessageQueue, QueueOffsets], dict[str, RocketMQError], dict[str, str]]:
+        """Min and max offsets of the queues' topics on each broker that answers topic stats, the
+        brokers that failed in a way that may mean they went away or hang, with why, and the
+        address each broker was asked at."""
         address = {q: self.address(q) for q in queues}
         stats_of = sorted(
             {(q.topic, q.broker_name, address[q]) for q in queues if address[q] not in self._no_topic_stats}
@@ -195,6 +196,7 @@ class OffsetReader:
         )
         found: dict[MessageQueue, QueueOffsets] = {}
         unanswered: dict[str, RocketMQError] = {}
+        asked = {broker: a for _, broker, a in stats_of}
         from_slaves = self.without_master()
         for (_, broker, a), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, ProtocolError) or (
@@ -217,7 +219,7 @@ class OffsetReader:
                 if any(q not in self.routes.listed for q in outcome):
                     self.routes.changed()  # the broker has queues the route does not list yet
                 found.update(outcome)
-        return found, unanswered
+        return found, unanswered, asked
 
     def max_offsets(self, queues: Iterable[MessageQueue], hold_unreachable: bool = False) -> OffsetMap:
         """Each queue's next offset; the min offsets come with them where topic stats answer.
@@ -230,7 +232,7 @@ class OffsetReader:
         ``retryBudgetMs``; anyone else asks its queues one by one under the retry policy.
         """
         wanted = list(queues)
-        stats, unanswered = self._topic_stats(wanted)
+        stats, unanswered, asked = self._topic_stats(wanted)
         self._known_min = {q: s.min_offset for q, s in stats.items()}
         self.last_stored = {
             **self.last_stored,
@@ -247,7 +249,7 @@ class OffsetReader:
             )
             wanted = [q for q in wanted if q in routed]
         if hold_unreachable:
-            wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered)
+            wanted = self.routes.hold_unreachable(wanted, {q.broker_name for q in stats}, unanswered, asked)
         else:
             latest.update(self._served_again([q for q in wanted if q not in latest], unanswered))
         rest = [q for q in wanted if q not in latest]
@@ -274,7 +276,7 @@ class OffsetReader:
         def attempt() -> None:
             routed = self.queues(missing_ok=True)  # asked again after a failure (``changed``)
             ask = [q for q in waiting if q not in latest]
-            stats, still = self._topic_stats([q for q in ask if q in routed])
+            stats, still, _ = self._topic_stats([q for q in ask if q in routed])
             self._known_min.update({q: s.min_offset for q, s in stats.items()})
             latest.update({q: s.max_offset for q, s in stats.items() if q in waiting})
             for queue in ask:
@@ -294,7 +296,7 @@ class OffsetReader:
         wanted = list(queues)
         rest = [q for q in wanted if q not in self._known_min]
         if rest:
-            stats, _ = self._topic_stats(rest)
+            stats, _, _ = self._topic_stats(rest)
             self._known_min.update({q: s.min_offset for q, s in stats.items()})
             rest = [q for q in rest if q not in self._known_min]
         found = {**self._known_min, **self._per_queue(rest, calls.min_offset, "min offsets")}

@@ -74,9 +74,10 @@ class QueueRoutes:
         # Per watcher (storing offsets, the data-loss check), broker name -> (master address,
         # connections) at its last look: each watcher sees every change once.
         self._seen: dict[str, dict[str, tuple[str, int]]] = {}
-        # Brokers that are registered but did not answer a running stream, since when (clock time):
-        # their queues are held, as those of a broker that went away are (see ``hold_unreachable``).
-        self.unreachable: dict[str, float] = {}
+        # Brokers that are registered but did not answer a running stream, with the address that
+        # did not: their queues are held, as those of a broker that went away are (see
+        # ``hold_unreachable``); since when, the memory of failed addresses tells.
+        self._held: dict[str, str] = {}
 
     def queues(self, missing_ok: bool = False, suspect: bool = False) -> dict[MessageQueue, str]:
         """Every readable queue of the source's topics, with the address to ask its offsets at.
@@ -216,16 +217,31 @@ class QueueRoutes:
                 seen[broker] = now
         return frozenset(again)
 
+    @property
+    def unreachable(self) -> dict[str, float]:
+        """Registered brokers that did not answer a running stream, since when (clock time): since
+        their address first failed, as the process's memory of failed addresses holds it."""
+        now = self._clock()
+        since = {broker: self.replicas.outages.down_since(a) for broker, a in self._held.items()}
+        return {broker: now if t is None else t for broker, t in since.items()}
+
     def hold_unreachable(
-        self, wanted: list[MessageQueue], answered: set[str], unanswered: Mapping[str, RocketMQError]
+        self,
+        wanted: list[MessageQueue],
+        answered: set[str],
+        unanswered: Mapping[str, RocketMQError],
+        asked: Mapping[str, str],
     ) -> list[MessageQueue]:
         """Of ``wanted``, the queues to ask one by one: not those of registered brokers that did not
-        answer, unless no broker has answered for ``retryBudgetMs`` (then the query fails)."""
+        answer, unless no broker has answered for ``retryBudgetMs`` (then the query fails).
+        ``asked``: per broker name, the address it was asked at."""
         now = self._clock()
         for broker in answered:
-            self.unreachable.pop(broker, None)
+            self.replicas.outages.answered(asked[broker], now)
+            self._held.pop(broker, None)
         for broker in unanswered:
-            self.unreachable.setdefault(broker, now)
+            address = self._held.setdefault(broker, asked[broker])
+            self.replicas.outages.failed(address, now)
         held = [q for q in wanted if q.broker_name in unanswered]
         rest = [q for q in wanted if q.broker_name not in unanswered]
         budget = self._budget_s

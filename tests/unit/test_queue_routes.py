@@ -7,6 +7,7 @@ that only the test and the retries' pauses move."""
 from __future__ import annotations
 
 from rocketmq_spark.remoting.codes import RequestCode
+from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source.routes import QueueRoutes
@@ -93,3 +94,23 @@ def test_routes_wanted_after_a_failure_are_waited_for_through_the_retry_pauses()
     once.queues()
     brokers.away.clear()
     assert AWAY not in {q.broker_name for q in once.queues_since(once.marks())}
+
+
+def test_a_broker_that_does_not_answer_counts_from_its_address_s_first_failure() -> None:
+    """How long a registered broker has not answered is read from the process's one memory of
+    failed addresses (a pull or a commit may have met the failure first), and its answer clears
+    it for everyone: the routes pass that address over no longer."""
+    brokers, clock = FakeBrokers(2), ManualClock()
+    routes = queue_routes(brokers, clock)
+    queues = sorted(routes.queues())
+    address = {q.broker_name: a for q, a in routes.listed.items()}
+    routes.replicas.failed(address[AWAY], TOPICS[0])  # a request of another kind met it first
+    clock.now += 2.0
+    cause = ConnectionFailedError("timed out", address[AWAY])
+    rest = routes.hold_unreachable(queues, {"broker-0"}, {AWAY: cause}, address)
+    assert rest == [q for q in queues if q.broker_name != AWAY]
+    assert routes.unreachable == {AWAY: 0.0}
+    assert routes.replicas.passed_over(address[AWAY])
+    clock.now += 1.0
+    assert routes.hold_unreachable(queues, {"broker-0", AWAY}, {}, address) == queues
+    assert routes.unreachable == {} and not routes.replicas.passed_over(address[AWAY])
