@@ -18,6 +18,12 @@ registered. What a replica said as a slave (it refuses reads, is behind, lacks t
 longer counts once the routes list it as the master: a follower just elected is read at once.
 Offsets are the same on every replica, so any replica serves a planned range.
 
+What a slave says is never a verdict on the data: it may not have copied a topic (it copies its
+master's topics every 10 s on 4.9, once a minute on 5.x, and not at all while the master is down)
+or the newest offsets yet. A slave's "no such topic" (``not_copied_yet``) or an answer behind a
+planned offset passes it over (``failed(..., as_slave=True)``) and the request waits for the
+master or for the slave to catch up; only a master's word says data or a topic is gone.
+
 Writes and the group's stored offsets go only to a master (``master``). An acting master (a slave
 that 5.x name servers list as brokerId 0 while ``enableActingMaster`` is on and the master is
 down) is taken for the master, as the Java client does: the routes are all it sees.
@@ -60,6 +66,12 @@ def rejected(error: RocketMQError) -> bool:
     """Whether a broker refused a request because of what it is (a slave that does not serve
     reads), not because it is busy: the request goes to another replica, not back after a pause."""
     return REJECTED_REMARK in str(error)
+
+
+def not_copied_yet(error: RocketMQError, from_slave: bool) -> bool:
+    """Whether ``error`` only says a slave has not copied the topic yet (see the module's rules),
+    not that the topic is gone: pulls and the driver's offset questions alike wait on it."""
+    return from_slave and isinstance(error, TopicNotFoundError)
 
 
 def _again(missing: TopicNotFoundError) -> TopicNotFoundError:

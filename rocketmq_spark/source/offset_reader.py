@@ -34,8 +34,8 @@ from rocketmq_spark.remoting.errors import (
     NoReplicaError,
     ProtocolError,
     RocketMQError,
-    TopicNotFoundError,
 )
+from rocketmq_spark.remoting.replicas import not_copied_yet
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
@@ -203,10 +203,9 @@ class OffsetReader:
                 isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
             ):
                 self._no_topic_stats.add(a)  # from now on, queue by queue
-            elif isinstance(outcome, TopicNotFoundError) and broker in from_slaves:
-                # A slave that has not copied the topic yet answers its max offsets with 0, which
-                # is not where its queues stand: no replica serves them until it catches up or a
-                # master is back.
+            elif isinstance(outcome, RocketMQError) and not_copied_yet(outcome, broker in from_slaves):
+                # Its max offsets would be 0, which is not where its queues stand: no replica
+                # serves them until it catches up or a master is back.
                 unanswered[broker] = NoReplicaError(broker, [a], outcome)
                 self.routes.changed(failed=[a])
             elif isinstance(outcome, RocketMQError):

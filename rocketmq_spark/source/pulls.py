@@ -27,9 +27,8 @@ from rocketmq_spark.remoting.errors import (
     QueueNotReadableError,
     RequestTimeoutError,
     RocketMQError,
-    TopicNotFoundError,
 )
-from rocketmq_spark.remoting.replicas import Replicas, rejected
+from rocketmq_spark.remoting.replicas import Replicas, not_copied_yet, rejected
 from rocketmq_spark.remoting.route import MASTER_BROKER_ID
 from rocketmq_spark.source.partition import ReadRange, RocketMQPartition
 
@@ -145,7 +144,7 @@ class PullSender:
         except BrokerResponseError as err:
             if QueueNotReadableError.refused(err):
                 raise QueueNotReadableError(str(self.rng.queue), err) from err
-            if pull.broker_id != MASTER_BROKER_ID and isinstance(err, TopicNotFoundError):
+            if not_copied_yet(err, pull.broker_id != MASTER_BROKER_ID):
                 uncopied = _TopicNotCopied(pull, err)
                 self._failed(pull, uncopied)
                 raise uncopied from err
@@ -195,13 +194,12 @@ class _Behind(RocketMQError):
 
 
 class _TopicNotCopied(RocketMQError):
-    """A slave that does not know the topic: it copies its master's topics only every 10 s (4.9)
-    or once a minute (5.x), and not at all while the master is down. Only a master's word says
-    a topic is gone: the slave is passed over and the pull retried, as for one behind."""
+    """A slave that does not know the topic yet (``replicas.not_copied_yet``): it is passed over
+    and the pull retried, as for one behind."""
 
     retriable = True
 
-    def __init__(self, pull: Pull, error: TopicNotFoundError) -> None:
+    def __init__(self, pull: Pull, error: RocketMQError) -> None:
         super().__init__(f"replica {pull.broker_id} at {pull.address} does not serve the topic yet: {error}")
         self.address = pull.address
 

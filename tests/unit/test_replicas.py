@@ -18,6 +18,7 @@ from rocketmq_spark.remoting.replicas import (
     PASSED_OVER_S,
     ROUTE_REFRESH_S,
     Replicas,
+    not_copied_yet,
     read_order,
     rejected,
 )
@@ -249,3 +250,12 @@ def test_a_topic_not_found_is_the_answer_for_a_second_then_asked_again() -> None
     clock.now += MIN_ROUTE_REFRESH_S
     assert found.master(TOPIC, "broker-a") == MASTER
     assert names.asked == 2
+
+
+def test_only_a_master_says_a_topic_is_gone() -> None:
+    """A slave's "no such topic" waits for its copy or the master; a master's is the answer, and
+    other errors are not this rule's to judge."""
+    missing = TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, "topic[t] not exist")
+    assert not_copied_yet(missing, from_slave=True)
+    assert not not_copied_yet(missing, from_slave=False)
+    assert not not_copied_yet(ConnectionFailedError("lost", SLAVE), from_slave=True)
