@@ -12,7 +12,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.offsets import OffsetMap
+from rocketmq_spark.source.offsets import OffsetMap, stamps_of
 from rocketmq_spark.source.option_model import ENDING_OFFSETS, SourceOptions
 from rocketmq_spark.source.partition import RocketMQPartition, plan_partitions
 from rocketmq_spark.source.partition_reader import read_partition
@@ -44,7 +44,10 @@ class RocketMQBatchReader(DataSourceReader):
         end = self._ending_offsets(reader, queues, latest)
         # Cut after the options' own checks, which judge the queues and offsets they name.
         start, end = self.pushed.narrowed(start, end, reader.offsets_for_time)
-        return plan_partitions(self.pushed.subscribed(self.options), start, end)
+        # With the brokers' newest store times, a task that meets a new master's own messages
+        # inside its range (a failover after planning) ends the range there, as a stream's does.
+        stamps = stamps_of(end, reader.last_stored)
+        return plan_partitions(self.pushed.subscribed(self.options), start, end, stamps)
 
     def _ending_offsets(self, reader: OffsetReader, queues: list[MessageQueue], latest: OffsetMap) -> OffsetMap:
         opts = self.options

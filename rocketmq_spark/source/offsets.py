@@ -60,6 +60,22 @@ def to_spark(
     return out
 
 
+def stamps_of(ends: Mapping[MessageQueue, int], last_stored: Mapping[MessageQueue, tuple[int, int]]) -> dict[str, int]:
+    """Per broker name of a batch ending at ``ends``, the store time of the newest message seen on
+    it (``last_stored``: per queue its max offset and its last message's store time): every
+    message below the batch's ends was stored no later (``Failovers.since``, ``rows.py``). A
+    broker name with a queue whose store time is not known up to its end has none."""
+    stamps: dict[str, int] = {}
+    unknown = set()
+    for queue, end in ends.items():
+        max_offset, stored_ms = last_stored.get(queue, (0, 0))
+        if max_offset < end:
+            unknown.add(queue.broker_name)
+        elif end > 0:
+            stamps[queue.broker_name] = max(stored_ms, stamps.get(queue.broker_name, 0))
+    return {broker: ms for broker, ms in stamps.items() if broker not in unknown}
+
+
 def starts_from_spark(nested: Mapping[str, Any]) -> OffsetMap:
     """Where the batch ending at ``nested`` starts the queues it is the first to read."""
     return from_spark(nested.get(STARTS_KEY) or {})

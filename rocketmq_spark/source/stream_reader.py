@@ -35,6 +35,7 @@ from rocketmq_spark.source.offsets import (
     from_spark,
     resets_from_spark,
     stamps_from_spark,
+    stamps_of,
     starts_from_spark,
     to_spark,
 )
@@ -195,22 +196,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # no new batch: the last one's resets, first starts and store times are not new either
         self._planned = batch.ends
         resets = {q: o for q, o in followed.items() if q in batch.ends}
-        return to_spark(batch.ends, resets, batch.first, self._stamps(batch.ends))
-
-    def _stamps(self, ends: Mapping[MessageQueue, int]) -> dict[str, int]:
-        """Per broker name of the batch, the store time of the newest message seen on it: every
-        message below the batch's ends was stored no later (``Failovers.since``, ``rows.py``).
-        A broker name with a queue whose store time is not known up to its end has none."""
-        stamps: dict[str, int] = {}
-        unknown = set()
-        stored = self.offsets.last_stored
-        for queue, end in ends.items():
-            max_offset, stored_ms = stored.get(queue, (0, 0))
-            if max_offset < end:
-                unknown.add(queue.broker_name)
-            elif end > 0:
-                stamps[queue.broker_name] = max(stored_ms, stamps.get(queue.broker_name, 0))
-        return {broker: ms for broker, ms in stamps.items() if broker not in unknown}
+        return to_spark(batch.ends, resets, batch.first, stamps_of(batch.ends, self.offsets.last_stored))
 
     def _since_checkpoint(self, ends: OffsetMap, nested: Mapping[str, Any]) -> OffsetMap:
         """For the first batch end a restarted driver is given (it did not plan it), the queues

@@ -17,12 +17,13 @@ import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.errors import DataLossError, IndexMismatchError
+from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.failovers import rerun_ends
 from rocketmq_spark.source.offsets import STAMPS_KEY, OffsetMap, to_spark
 from rocketmq_spark.source.spark_api import ReadAllAvailable
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 from tests.fakes import FakeOffsets
-from tests.support import A0, A1, B0, ranges, stream
+from tests.support import A0, A1, B0, options, ranges, stream
 
 OLD_MS = 1_000  # the old master's message at offset o was stored at OLD_MS + o
 NEW_MS = 50_000  # a new master's own messages: stored after any old one
@@ -179,3 +180,12 @@ def test_a_restart_on_a_master_whose_index_disagrees_with_its_messages_stops_nam
         IndexMismatchError, match=r"orders/broker-a/0: .* offset 99 holds the message stored as offset 167"
     ):
         reader.latestOffset(checkpoint({A0: SEEN, A1: SEEN, B0: 50}), ReadAllAvailable())
+
+
+def test_each_range_of_a_batch_read_carries_its_brokers_store_time() -> None:
+    """A ``spark.read`` planned before a failover and read after it is checked as a stream's
+    batch is: its ranges carry the store times topic stats gave when it was planned."""
+    fake, _, _ = restarted((SEEN, 0))
+    parts = RocketMQBatchReader(options(streaming=False), open_offsets=lambda _: fake).partitions()  # type: ignore[arg-type,return-value]
+    stamped = {r.queue: r.stored_by_ms for p in parts for r in p.ranges}  # type: ignore[attr-defined]
+    assert stamped == {A0: STAMPS["broker-a"], A1: STAMPS["broker-a"], B0: STAMPS["broker-b"]}
