@@ -194,6 +194,13 @@ def source_alone(namesrv: str, topic: str, expected: Ranges, trigger_ms: int, id
         stream_parts = step("stream_partitions", lambda: list(stream.partitions(start, end)))
         out["stream_partitions"]["partitions"] = len(stream_parts)
         step("commit", lambda: stream.commit(end))
+        # A driver restarted on this checkpoint, given the batch it logged but did not plan: it
+        # compares every queue with the batch's store times (a search by time and a pull each).
+        restarted = RocketMQStreamReader(options, open_offsets=lambda o: OffsetReader(o))
+        try:
+            step("restart_partitions", lambda: list(restarted.partitions(start, end)))
+        finally:
+            restarted.stop()
         # Idle triggers, paced like a stream's so the route refresh falls among them as it would.
         # Spark asks reportLatestOffset() after each latestOffset(): timed apart, its requests
         # (none today) counted with the trigger's.
@@ -377,6 +384,7 @@ def render(report: dict[str, Any]) -> str:
         ("first_latest_offset", "first latestOffset"),
         ("stream_partitions", "micro-batch partitions()"),
         ("commit", "commit"),
+        ("restart_partitions", "restarted: first partitions()"),
         ("batch_plan", "spark.read partitions()"),
     ):
         row(
