@@ -124,6 +124,11 @@ class ClusterConfig:
     # need. Its threads poll while idle: a 5.3.3 broker's CPU at rest fell from 4.4 to 2.6 s a
     # minute without them, so the clusters of tests that send no timer message turn it off.
     timer_messages: bool = True
+    # Controller layout only: the controller may elect a replica outside the sync state set
+    # (enableElectUncleanMaster), and a master leaves a slave out of that set after
+    # replicated_config.UNCLEAN_CATCHUP_MS without its acknowledgements (haMaxTimeSlaveNotCatchup, 15 s by
+    # default): how an operator who prefers availability loses acknowledged messages.
+    unclean_election: bool = False
 
     @property
     def release(self) -> Release:

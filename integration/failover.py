@@ -56,11 +56,14 @@ class Clusters:
         self._current: ReplicatedCluster | None = None
         self._started = 0
 
-    def get(self, layout: str, version: str = DEFAULT_VERSION, slave_read: bool = False) -> ReplicatedCluster:
+    def get(
+        self, layout: str, version: str = DEFAULT_VERSION, slave_read: bool = False, unclean_election: bool = False
+    ) -> ReplicatedCluster:
         cluster = self._current
         if cluster is not None:
             config = cluster.config
-            if (config.layout, config.version, config.slave_read) == (layout, version, slave_read):
+            wanted = (layout, version, slave_read, unclean_election)
+            if (config.layout, config.version, config.slave_read, config.unclean_election) == wanted:
                 for replica in cluster.replicas():
                     if not cluster.running(replica.name):
                         cluster.restart(replica.name)
@@ -76,6 +79,7 @@ class Clusters:
             layout=layout,
             slave_read=slave_read,
             timer_messages=False,
+            unclean_election=unclean_election,
         )
         began = time.monotonic()
         self._current = ReplicatedCluster(config).start()

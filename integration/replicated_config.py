@@ -40,6 +40,9 @@ DLEDGER_PEER_PREFIX = "n"
 CONTROLLER_GROUP = "controller"
 CONTROLLER_PEER = "c0"
 CONTROLLER_READY = "ControllerManager boot success"
+# With ``unclean_election``: how long a master waits for a slave's acknowledgements before it
+# leaves it out of the sync state set and acknowledges sends alone.
+UNCLEAN_CATCHUP_MS = 3_000
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ def namesrv_settings(config: ClusterConfig, index: int) -> dict[str, str]:
             controllerDLegerSelfId=CONTROLLER_PEER,
             controllerStorePath=str(config.workdir / "store" / "controller"),
         )
+        if config.unclean_election:
+            settings["enableElectUncleanMaster"] = "true"
     return settings
 
 
@@ -133,13 +138,16 @@ def _dledger(config: ClusterConfig, replica: Replica) -> dict[str, str]:
 
 
 def _controller(config: ClusterConfig, _: Replica) -> dict[str, str]:
-    return {
+    settings = {
         "brokerId": str(UNASSIGNED_ID),
         "brokerRole": SLAVE,
         "enableControllerMode": "true",
         "controllerAddr": controller_addr(config),
         "allAckInSyncStateSet": "true",
     }
+    if config.unclean_election:
+        settings["haMaxTimeSlaveNotCatchup"] = str(UNCLEAN_CATCHUP_MS)
+    return settings
 
 
 _LAYOUT_SETTINGS: dict[str, Callable[[ClusterConfig, Replica], dict[str, str]]] = {

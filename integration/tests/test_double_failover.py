@@ -29,12 +29,13 @@ from typing import Any
 
 import pytest
 
-from integration.cluster_config import LAYOUT_DLEDGER, ClusterError
-from integration.failover import SINK_COLUMNS, Clusters, Stream, cluster_pool, handle_of
+from integration.cluster_config import LAYOUT_CONTROLLER, LAYOUT_DLEDGER, ClusterError
+from integration.failover import SINK_COLUMNS, Clusters, Sent, Stream, cluster_pool, handle_of
 from integration.faults import Producer
 from integration.javatool import json_lines
 from integration.replicated import ReplicatedCluster
-from integration.support import create_topic, max_offsets
+from integration.replicated_config import UNCLEAN_CATCHUP_MS
+from integration.support import create_topic, max_offsets, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.double_failover]
 
@@ -42,6 +43,9 @@ BROKER = "broker-a"
 QUEUES = 4
 STEADY_RATE = "200"  # messages per second, while the leaders are killed
 STEADY_RUN = 1_000  # messages per producer run: a run a failover ends is followed by the next
+IN_SYNC = 200  # messages both replicas of the controller layout hold
+ALONE = 200  # messages the master acknowledges alone, then loses to the slave elected unclean
+AFTER = 40  # messages the slave elected stores at offsets of those it lacks
 ROWS_BEFORE_FAILURE = 300
 SETTLE_S = 10.0  # between the steps: a new leader takes writes, a restarted replica rejoins
 ERROR_WAIT_S = 180.0  # the driver asks a short new master again for retryBudgetMs first
@@ -265,3 +269,66 @@ def check_loss_error(said: str, topic: str) -> None:
     else:  # planned on the old master, the new one holding its own messages at those offsets
         assert re.search(rf"{topic}/{BROKER}/\d+: offsets \[\d+, \d+\) hold other messages", said), said[:2000]
         assert "stored its own at their offsets" in said, said[:2000]
+
+
+def test_unclean_election_loses_acknowledged_messages(
+    spark: Any, clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """The loss made certain: a controller that may elect a slave outside the sync state set,
+    the slave frozen while the master acknowledges sends alone, then the master killed and the
+    slave thawed and elected. The stream read what it lost; it stops naming the loss, and with
+    failOnDataLoss=false it reads what the new master holds, its own messages at the lost
+    offsets included, each once (counted against RocketMQ's own consumer)."""
+    cluster = clusters.get(LAYOUT_CONTROLLER, unclean_election=True)
+    handle = handle_of(cluster)
+    topic, group = unique("unclean"), unique("unclean-group")
+    create_topic(handle, topic, queues=QUEUES)
+    cluster.spread_topic(topic)
+    sent = Sent()
+    sent.add(handle, topic, IN_SYNC, "in-sync")
+    cluster.wait_in_step(topic)
+    stream = Stream(spark, handle, topic, group, tmp_path, COLUMNS, startingOffsets="earliest")
+    try:
+        stream.wait_read(sent.ends(), "the messages both replicas hold")
+        master = cluster.master(BROKER)
+        slave = next(r.name for r in cluster.replicas(BROKER) if r.name != master)
+        assert master is not None
+        cluster.freeze(slave)
+        try:
+            time.sleep(2 * UNCLEAN_CATCHUP_MS / 1000)  # the master leaves the slave out of the set
+            alone = produce(handle, topic, ALONE, "--keys", "alone-{i}")
+            statuses = {m["status"] for m in alone}
+            stream.wait_read(ends_of([*sent.messages, *alone]), "the messages the master holds alone")
+            cluster.kill(master)
+        finally:
+            cluster.thaw(slave)
+        elected = cluster.wait_master(BROKER, other_than=master)
+        produce(handle, topic, AFTER, "--keys", "after-{i}")
+        said = wait_failed(stream)
+    finally:
+        stream.stop()
+    print(f"\nsent alone: {sorted(statuses)}; elected {elected}; the stream stopped: {said[:600]}")
+    assert elected == slave
+    check_loss_error(said, topic)
+    stored = held(cluster, topic)
+    lost = {(m["keys"], (m["broker"], m["queueId"], m["queueOffset"])) for m in alone} - set(stored)
+    assert lost, "the slave elected holds every message the master acknowledged alone"
+    stream = Stream(spark, handle, topic, group, tmp_path, COLUMNS, startingOffsets="earliest", failOnDataLoss="false")
+    try:
+        failed = wait_holding(stream, stored)
+        rows = stream.rows()
+    finally:
+        stream.stop()
+    assert failed is None, f"the stream failed: {failed[:2000]}"
+    assert [kp for kp in stored if rows[kp] != 1] == [], "a message the topic holds is not in the sink once"
+    assert all(count == 1 for count in rows.values()), "a row is in the sink twice"
+    print(f"{len(lost)} acknowledged messages lost; the sink holds each of the {len(stored)} the topic holds once")
+
+
+def ends_of(messages: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    """Per queue, the offset after the last of ``messages``."""
+    ends: dict[tuple[str, int], int] = {}
+    for m in messages:
+        queue = (m["broker"], m["queueId"])
+        ends[queue] = max(ends.get(queue, 0), m["queueOffset"] + 1)
+    return ends
