@@ -80,7 +80,13 @@ class Failovers:
             **{q: max(o, self._highest.get(q, o)) for q, o in latest.items()},
             **{q: o for q, o in latest.items() if q.broker_name in changed},
         }
-        self._stamps = dict(self._offsets.last_stored)
+        # A slave that answers while its broker name has no master may lack the old master's last
+        # messages: its facts would hide where a new master's own begin, so they are not kept.
+        slaves = self._offsets.without_master()
+        self._stamps = {
+            **self._stamps,
+            **{q: fact for q, fact in self._offsets.last_stored.items() if q.broker_name not in slaves},
+        }
         self._new_masters = changed - {q.broker_name for q in latest}
         return latest, before
 

@@ -189,3 +189,21 @@ def test_reconcile_tells_a_failover_from_a_recreated_topic() -> None:
         (A1, 90, 100, 0),
     ]
     assert "went backwards" in losses[1].describe() and "went backwards" not in losses[0].describe()
+
+
+def test_a_slave_answering_while_no_master_is_listed_leaves_the_facts_from_before() -> None:
+    """Between the old master's death and the election, the slave answers for its broker name with
+    fewer messages (its queues wait); elected, it stores its own at offsets the query read. Where
+    they begin is told against the old master's store times, not the slave's: a run of the
+    controller layout with an unclean election said [51, 90) where [41, 90) was lost."""
+    fake, reader, end = running()
+    fake.slave_read.add("broker-a")
+    fake.ranges[A0] = (0, 92)  # the slave lacks the old master's last 8
+    held = reader.latestOffset(end, ReadAllAvailable())
+    assert without_stamps(held) == to_spark({A0: 100, A1: 100, B0: 50})  # its queues wait
+    fake.slave_read.clear()
+    fake.elections.add("broker-a")
+    new_master_refilled(fake, A0, 92, 95)  # elected, it stored 3 of its own from 92
+    with pytest.raises(DataLossError) as raised:
+        reader.latestOffset(held, ReadAllAvailable())
+    assert "orders/broker-a/0: offsets [92, 100) (8: 8 read, 0 not)" in str(raised.value)
