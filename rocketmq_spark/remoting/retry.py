@@ -22,8 +22,7 @@ it runs, where the likely cause is a broker restarting.
 Retries are logged by state, not by attempt: the first failure of a server in this process is
 one warning, its recovery one more line, and the attempts in between are debug messages (the
 state is the process's memory of failing servers, ``outages.PROCESS_OUTAGES``, which its routes
-share). A
-broker restart under a task with many pulls on the wire is then two lines, not dozens.
+share). A broker restart under a task with many pulls on the wire is then two lines, not dozens.
 """
 
 from __future__ import annotations

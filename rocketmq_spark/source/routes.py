@@ -157,7 +157,7 @@ class QueueRoutes:
         return {
             q: self._masters[q.broker_name]
             for q in self._addresses
-            if q.broker_name in self._masters and q.broker_name not in self.unreachable
+            if q.broker_name in self._masters and q.broker_name not in self._held
         }
 
     def without_master(self) -> frozenset[str]:
@@ -194,7 +194,7 @@ class QueueRoutes:
             for q in queues
             if q.broker_name not in live
             or q in back
-            or q.broker_name in self.unreachable
+            or q.broker_name in self._held
             or not self.replicas.asked_after(q.topic, marks[q.topic])
         }
 
