@@ -298,7 +298,7 @@ def test_unclean_election_loses_acknowledged_messages(
             time.sleep(2 * UNCLEAN_CATCHUP_MS / 1000)  # the master leaves the slave out of the set
             alone = produce(handle, topic, ALONE, "--keys", "alone-{i}")
             statuses = {m["status"] for m in alone}
-            stream.wait_read(ends_of([*sent.messages, *alone]), "the messages the master holds alone")
+            stream.wait_read(Sent([*sent.messages, *alone]).ends(), "the messages the master holds alone")
             cluster.kill(master)
         finally:
             cluster.thaw(slave)
@@ -325,12 +325,3 @@ def test_unclean_election_loses_acknowledged_messages(
     assert [kp for kp in stored if rows[kp] != 1] == [], "a message the topic holds is not in the sink once"
     assert all(count == 1 for count in rows.values()), "a row is in the sink twice"
     print(f"{len(lost)} acknowledged messages lost; the sink holds each of the {len(stored)} the topic holds once")
-
-
-def ends_of(messages: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
-    """Per queue, the offset after the last of ``messages``."""
-    ends: dict[tuple[str, int], int] = {}
-    for m in messages:
-        queue = (m["broker"], m["queueId"])
-        ends[queue] = max(ends.get(queue, 0), m["queueOffset"] + 1)
-    return ends
