@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.build import BuildError, ensure_built, server_classpath
+from integration.cds import sharing
 from integration.cluster_config import (
     BROKER_HEAP,
     BROKER_MAIN,
@@ -170,8 +171,9 @@ class Cluster:
         props = logging_props(cfg.release, cfg.workdir, classpath, role, home)
         if cfg.tls is not None:
             props.update(server_properties(cfg.workdir, cfg.tls))
-        cmd = java_command(main, classpath, heap, cfg.release.jvm_flags, props, args)
-        server = spawn(cfg.workdir, role, name, cmd, ports, ready)
+        shared, to_dump = sharing(shutil.which("java") or "java", classpath, main)
+        cmd = java_command(main, classpath, heap, [*cfg.release.jvm_flags, *shared], props, args)
+        server = spawn(cfg.workdir, role, name, cmd, ports, ready, to_dump)
         self._record(server)
         return server
 

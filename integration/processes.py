@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from integration.cds import dump
 from integration.constants import LOOPBACK, POLL_S, STOP_TIMEOUT_S
 
 READY_TIMEOUT_S = 120.0
@@ -40,6 +41,8 @@ class Server:
     # Where this run's console output starts in out_file: a restarted server appends to the file
     # its earlier run wrote, ready lines included.
     out_start: int = 0
+    # The class-data archive to write once it is ready (integration/cds.py), if none was there.
+    archive: str = ""
 
     def alive(self) -> bool:
         return process_is(self.pid, self.out_file)
@@ -104,8 +107,11 @@ def java_command(
     return [java, *heap, *jvm_flags, *props, "-cp", classpath, main, *args]
 
 
-def spawn(workdir: Path, role: str, name: str, cmd: Sequence[str], ports: list[int], ready: list[str]) -> Server:
-    """Start one server in its own session, its console appended to ``logs/<name>.out``."""
+def spawn(
+    workdir: Path, role: str, name: str, cmd: Sequence[str], ports: list[int], ready: list[str], archive: str = ""
+) -> Server:
+    """Start one server in its own session, its console appended to ``logs/<name>.out``;
+    ``archive``: the class-data archive to dump once it is ready."""
     out_file = workdir / "logs" / f"{name}.out"
     with open(out_file, "ab") as out:
         out_start = out.tell()
@@ -119,7 +125,14 @@ def spawn(workdir: Path, role: str, name: str, cmd: Sequence[str], ports: list[i
             env={**os.environ, "ROCKETMQ_HOME": str(workdir)},
         )
     return Server(
-        role=role, name=name, pid=proc.pid, ports=ports, out_file=str(out_file), ready_line=ready, out_start=out_start
+        role=role,
+        name=name,
+        pid=proc.pid,
+        ports=ports,
+        out_file=str(out_file),
+        ready_line=ready,
+        out_start=out_start,
+        archive=archive,
     )
 
 
@@ -132,6 +145,8 @@ def wait_ready(server: Server, deadline: float) -> None:
             out.seek(server.out_start)
             text = out.read().decode(errors="replace")
         if all(line in text for line in server.ready_line) and all(port_open(p) for p in server.ports):
+            if server.archive:
+                dump(server.pid, Path(server.archive))
             return
         time.sleep(POLL_S)
     raise ProcessError(
