@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,11 @@ def substitute(text: str, replacements: Mapping[str, str]) -> str:
 
 
 def shell(block: str, cwd: Path, env: dict[str, str], timeout: float = COMMAND_TIMEOUT_S) -> str:
-    """Run a block of commands as bash runs a pasted block, stopping at the first that fails."""
+    """Run a block of commands as bash runs a pasted block, stopping at the first that fails.
+
+    Prints how long the block took (pytest shows it with a failure, or with -rP), to see where a
+    docs test spends its minutes."""
+    began = time.monotonic()
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block],
         cwd=cwd,
@@ -109,5 +114,6 @@ def shell(block: str, cwd: Path, env: dict[str, str], timeout: float = COMMAND_T
         timeout=timeout,
         check=False,
     )
+    print(f"[{time.monotonic() - began:6.1f} s] {block.strip().splitlines()[0] if block.strip() else ''}")
     assert done.returncode == 0, f"{block}\nfailed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
