@@ -30,6 +30,9 @@ from integration.build import TARGET
 ARCHIVE_DIR = TARGET / "cds"
 DUMP_TIMEOUT_S = 60.0
 KEY_HEX_CHARS = 16
+# CDS's own warnings (a class it cannot archive, an archive it cannot map) stay off the servers'
+# and drivers' consoles, which tests read.
+QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 
 def archive_for(java: str, classpath: str, main: str) -> Path:
@@ -45,8 +48,8 @@ def sharing(java: str, classpath: str, main: str) -> tuple[list[str], str]:
     map the archive an earlier start wrote, or let this start be dumped."""
     archive = archive_for(java, classpath, main)
     if archive.exists():
-        return [f"-XX:SharedArchiveFile={archive}"], ""
-    return ["-XX:+RecordDynamicDumpInfo"], str(archive)
+        return [f"-XX:SharedArchiveFile={archive}", *QUIET], ""
+    return ["-XX:+RecordDynamicDumpInfo", *QUIET], str(archive)
 
 
 def dump(pid: int, archive: Path) -> None:
