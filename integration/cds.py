@@ -25,9 +25,9 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from integration.build import TARGET
-
-ARCHIVE_DIR = TARGET / "cds"
+# integration/target/cds. Only the standard library here: spark.py, which sparkjobs.py loads by
+# path in a line's virtualenv, imports this module too.
+ARCHIVE_DIR = Path(__file__).resolve().parent / "target" / "cds"
 DUMP_TIMEOUT_S = 60.0
 KEY_HEX_CHARS = 16
 # CDS's own warnings (a class it cannot archive, an archive it cannot map) stay off the servers'

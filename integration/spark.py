@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from integration.cds import dump, sharing
+if __package__:
+    from integration.cds import dump, sharing
+else:  # loaded by path: sparkjobs.py put this folder first on sys.path
+    from cds import dump, sharing
 
 LOCAL_CORES = 2
 WARM_ROWS = 1000
