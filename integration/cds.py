@@ -43,9 +43,12 @@ def archive_for(java: str, classpath: str, main: str) -> Path:
     return ARCHIVE_DIR / f"{main.rsplit('.', 1)[-1]}-{key}.jsa"
 
 
-def sharing(java: str, classpath: str, main: str) -> tuple[list[str], str]:
+def sharing(java: str | None, classpath: str, main: str) -> tuple[list[str], str]:
     """The flags of one server's start and the archive to dump once it is ready ("" for none):
-    map the archive an earlier start wrote, or let this start be dumped."""
+    map the archive an earlier start wrote, or let this start be dumped. Without a ``java`` on
+    PATH none: the start itself then says Java is missing."""
+    if java is None:
+        return [], ""
     archive = archive_for(java, classpath, main)
     if archive.exists():
         return [f"-XX:SharedArchiveFile={archive}", *QUIET], ""

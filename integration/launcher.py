@@ -171,7 +171,7 @@ class Cluster:
         props = logging_props(cfg.release, cfg.workdir, classpath, role, home)
         if cfg.tls is not None:
             props.update(server_properties(cfg.workdir, cfg.tls))
-        shared, to_dump = sharing(shutil.which("java") or "java", classpath, main)
+        shared, to_dump = sharing(shutil.which("java"), classpath, main)
         cmd = java_command(main, classpath, heap, [*cfg.release.jvm_flags, *shared], props, args)
         server = spawn(cfg.workdir, role, name, cmd, ports, ready, to_dump)
         self._record(server)

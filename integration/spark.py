@@ -50,7 +50,7 @@ def local_spark(app_name: str, *, short_lived: bool = False, **conf: str) -> Any
     to_dump = ""
     options = dict(DEFAULT_CONF)
     if short_lived:
-        shared, to_dump = sharing(shutil.which("java") or "java", spark_jars(), DRIVER_MAIN)
+        shared, to_dump = sharing(shutil.which("java"), spark_jars(), DRIVER_MAIN)
         options[DRIVER_OPTIONS] = " ".join([*SHORT_LIVED_FLAGS, *shared])
     builder = SparkSession.builder.master(f"local[{LOCAL_CORES}]").appName(app_name)
     for key, value in {**options, **conf}.items():

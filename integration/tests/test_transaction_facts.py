@@ -13,12 +13,11 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from integration.cluster_config import BROKER_A, ClusterConfig, shifted
-from integration.support import ClusterHandle, create_topic, own_cluster
+from integration.support import ClusterHandle, create_topic, eventually, own_cluster
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.records.outgoing import UniqueIds, encode_properties, message_properties
 from rocketmq_spark.remoting import calls, codes
@@ -125,7 +124,7 @@ class Producer:
 
 
 @pytest.fixture
-def producer(broker: ClusterHandle, tmp_path: Path) -> Iterator[Producer]:
+def producer(broker: ClusterHandle) -> Iterator[Producer]:
     suffix = f"{os.getpid()}-{time.monotonic_ns()}"
     topic, group = f"facts-{suffix}", f"facts-producer-{suffix}"
     create_topic(broker, topic, queues=1)
@@ -137,11 +136,9 @@ def producer(broker: ClusterHandle, tmp_path: Path) -> Iterator[Producer]:
 
 
 def settles_at(producer: Producer, expected: int) -> int:
-    """How many messages the real queue shows once it reaches ``expected`` (or WAIT_S passed), and
-    still shows QUIET_S later: the consume queue is built a moment after the put is answered."""
-    deadline = time.monotonic() + WAIT_S
-    while producer.visible() != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
+    """How many messages the real queue shows QUIET_S after it reached ``expected`` (within
+    WAIT_S): the consume queue is built a moment after the put is answered."""
+    eventually(lambda: producer.visible() == expected, f"the queue never showed {expected} message(s)", WAIT_S)
     time.sleep(QUIET_S)
     return producer.visible()
 
@@ -169,9 +166,7 @@ def test_checks_name_copies_and_the_original_stays_committable_after_each_is_rol
     checks = Checks()
     producer.register(checks)
     half = producer.send_half(b"checked")
-    deadline = time.monotonic() + WAIT_S
-    while len(checks.seen) < CHECK_MAX and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: len(checks.seen) >= CHECK_MAX, f"fewer than {CHECK_MAX} checks came", WAIT_S)
     copies = [(int(seen["commitLogOffset"]), int(seen["tranStateTableOffset"])) for seen in checks.seen]
     assert len(copies) == CHECK_MAX, checks.seen
     assert len(set(copies)) == len(copies), f"each check names a copy of its own: {copies}"
