@@ -270,6 +270,21 @@ class Outcome:
     recovered_s: float | None = None  # from the end of the fault to the next batch commit
 
 
+# How much of the error that ended a run its report keeps: its head, and the exception the Python
+# traceback inside it ends with (which the head cuts off).
+ERROR_HEAD_CHARS = 200
+
+
+def restart_reason(answer: Mapping[str, Any]) -> str:
+    """The head of the error that ended a run, and the exception line of the first Python
+    traceback in it (the line after its last indented one)."""
+    error = str(answer.get("error", answer))
+    lines = error.replace("\\n", "\n").splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
+    raised = next((line for line in lines[starts[0] + 1 :] if not line.startswith(" ")), "") if starts else ""
+    return error[:ERROR_HEAD_CHARS] + (f" ... {raised[: ERROR_HEAD_CHARS * 2]}" if raised else "")
+
+
 def gaps(times: Sequence[float], since: float) -> tuple[float, float | None]:
     """The longest gap between commit times, and how long after ``since`` the first came."""
     longest = max((b - a for a, b in zip(times, times[1:])), default=0.0)

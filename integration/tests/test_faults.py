@@ -41,6 +41,7 @@ from integration.faults import (
     gaps,
     namesrv_of,
     produce,
+    restart_reason,
     sink_rows,
     wait_stored_at_end,
 )
@@ -137,7 +138,7 @@ class Scenario:
             self._restart(self.job.answer())
 
     def _restart(self, answer: dict[str, Any]) -> None:
-        self.outcome.restarts.append(str(answer.get("error", answer))[:300])
+        self.outcome.restarts.append(restart_reason(answer))
         assert self.runs < MAX_RUNS, f"the query failed {self.runs} times; last:\n{self.job.tail()}"
         self.job.close()
         self.job = self._start()
