@@ -28,7 +28,11 @@ __all__ = ["ROUTE_REFRESH_S", "QueueRoutes"]
 
 
 class UnroutedQueueError(RocketMQError):
-    """A queue asked about that the topic's route does not list (any more)."""
+    """A queue asked about that the topic's route does not list (any more). It came from an
+    earlier route, so its broker may only be registering again (a name server restarted knows
+    no topic until the brokers' next registration): a retry waits for it within its budget."""
+
+    retriable = True
 
 
 class RoutesNotAskedError(RocketMQError):
@@ -146,9 +150,11 @@ class QueueRoutes:
         the queues users name are checked against the routes before any is asked about
         (``starts.check_queues_exist``), so this one came from a route that changed since."""
         if queue not in self._addresses:
-            self.queues(suspect=True)
+            self.queues(missing_ok=True, suspect=True)
         if queue not in self._addresses:
-            raise UnroutedQueueError(f"queue {queue} is not in its topic's route (the route changed?)")
+            raise UnroutedQueueError(
+                f"queue {queue} is not in its topic's route (its broker is not registered now, or the route changed)"
+            )
         return self._addresses[queue]
 
     def masters(self) -> dict[MessageQueue, str]:

@@ -6,11 +6,14 @@ that only the test and the retries' pauses move."""
 
 from __future__ import annotations
 
-from rocketmq_spark.remoting.codes import RequestCode
-from rocketmq_spark.remoting.errors import ConnectionFailedError
+import pytest
+
+from rocketmq_spark.remoting.route import TopicRoute
+from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
+from rocketmq_spark.remoting.errors import ConnectionFailedError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.source.routes import QueueRoutes
+from rocketmq_spark.source.routes import QueueRoutes, UnroutedQueueError
 from tests.fakes import FakeBrokers
 from tests.support import TOPICS, ManualClock
 
@@ -114,3 +117,38 @@ def test_a_broker_that_does_not_answer_counts_from_its_address_s_first_failure()
     clock.now += 1.0
     assert routes.hold_unreachable(queues, {"broker-0", AWAY}, {}, address) == queues
     assert routes.unreachable == {} and not routes.replicas.passed_over(address[AWAY])
+
+
+class Forgetful(FakeBrokers):
+    """A name server started again: it knows no topic until the brokers register once more."""
+
+    forgot = False
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        if self.forgot:
+            self.sent.append(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+            raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for {topic}")
+        return super().topic_route(topic)
+
+
+def test_a_running_query_waits_for_a_name_server_that_forgot_its_topics() -> None:
+    """Asked for a queue it routed before while the name server knows no topic (it was started
+    again and no broker registered yet), the routes say so as a failure a retry waits out, not
+    as an unknown topic (a configuration error that would end the query at once)."""
+    brokers, clock = Forgetful(2), ManualClock()
+    routes = queue_routes(brokers, clock)
+    queue = sorted(routes.queues())[0]
+    brokers.forgot = True
+    clock.now += MIN_ROUTE_REFRESH_S
+    routes.changed()
+    assert routes.queues(missing_ok=True, suspect=True) == {}
+    with pytest.raises(UnroutedQueueError, match=str(queue)) as caught:
+        routes.address(queue)
+    assert caught.value.retriable
+
+    def registered_again(seconds: float) -> None:
+        clock.sleep(seconds)
+        brokers.forgot = False
+
+    policy = Retry(budget_s=BUDGET_S, sleep=registered_again, clock=clock)
+    assert policy.call(lambda: routes.address(queue), "offsets") == brokers.address(queue.broker_name)
