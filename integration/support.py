@@ -154,9 +154,12 @@ def produce(
     return rocketmq.tool("produce", "--topic", topic, "--count", str(count), *target, *args)
 
 
-def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, queues: int, broker_name: str) -> None:
-    """Create a topic with a plain UPDATE_AND_CREATE_TOPIC request, as admin tools send it."""
-    fields = {
+def create_topic_on_broker(
+    client: RocketMQClient, address: str, topic: str, queues: int, broker_name: str, attributes: str = ""
+) -> None:
+    """Create a topic with a plain UPDATE_AND_CREATE_TOPIC request, as admin tools send it, with
+    ``attributes`` as mqadmin's ``-a`` takes them (e.g. ``+message.type=TRANSACTION``)."""
+    fields: dict[str, object] = {
         "topic": topic,
         "defaultTopic": "TBW102",
         "readQueueNums": queues,
@@ -167,6 +170,8 @@ def create_topic_on_broker(client: RocketMQClient, address: str, topic: str, que
         "order": False,
         "bname": broker_name,
     }
+    if attributes:
+        fields["attributes"] = attributes
     response = client.invoke(address, codes.RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
     if response.code != codes.ResponseCode.SUCCESS:
         raise error_for_response(

@@ -17,12 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from integration.cluster_config import BROKER_A, ClusterConfig, shifted
-from integration.support import ClusterHandle, create_topic, eventually, own_cluster
+from integration.support import ClusterHandle, create_topic, create_topic_on_broker, eventually, own_cluster
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.records.outgoing import UniqueIds, encode_properties, message_properties
 from rocketmq_spark.remoting import calls, codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.codec import RemotingCommand
+from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.membership import producer_heartbeat
 from rocketmq_spark.remoting.sending import send_message
 from rocketmq_spark.remoting.transactions import (
@@ -44,6 +45,10 @@ CHECK_MAX = 3
 PAST_THE_CHECKS_S = (TIMEOUT_MS + (CHECK_MAX + 3) * CHECK_INTERVAL_MS) / 1_000
 QUIET_S = 3.0
 WAIT_S = 30.0
+# A topic the proxy lets halves through to (it checks the topic's message type; brokers do not).
+TRANSACTION_TYPE = "+message.type=TRANSACTION"
+# The template topic every broker that may create topics registers: a way to its address.
+TEMPLATE_TOPIC = "TBW102"
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +193,73 @@ def test_an_unanswered_half_past_its_checks_stays_committable(producer: Producer
     assert producer.visible() == 0, "an unanswered half must not be delivered"
     producer.end(half, Resolution.COMMIT, from_check=False)
     assert settles_at(producer, 1) == 1
+
+
+def test_a_half_stays_committable_across_a_broker_restart(broker: ClusterHandle, producer: Producer) -> None:
+    """A broker killed (SIGKILL) and started again between the tasks' sends and the driver's
+    commit still finds the half by its offsets: the commit after the restart puts it, once."""
+    cluster = broker.cluster
+    assert cluster is not None, "this test kills its own broker"
+    half = producer.send_half(b"restarted")
+    cluster.kill(BROKER_A)
+    cluster.restart(BROKER_A)
+    eventually(lambda: _answers(producer), "the restarted broker never answered", WAIT_S)
+    assert producer.visible() == 0, "a half must not be delivered by a restart"
+    producer.end(half, Resolution.COMMIT, from_check=True)
+    assert settles_at(producer, 1) == 1
+
+
+def _answers(producer: Producer) -> bool:
+    try:
+        producer.visible()
+    except RocketMQError:
+        return False
+    return True
+
+
+def test_through_a_proxy_a_commit_is_answered_and_does_nothing(rocketmq: ClusterHandle) -> None:
+    """Why exactly-once refuses a 5.x proxy's remoting port: it forwards a half (to a topic of
+    message type TRANSACTION, which it checks) and answers END_TRANSACTION SUCCESS, yet the half
+    is not committed; the same half committed at its broker is."""
+    assert rocketmq.proxy_addr, "this test needs the session cluster's proxy (RocketMQ 5.x)"
+    topic, group = f"facts-proxy-{os.getpid()}-{time.monotonic_ns()}", "facts-proxy-producer"
+    with (
+        RocketMQClient(ClientConfig(name_servers=(rocketmq.namesrv_addr,))) as direct,
+        RocketMQClient(ClientConfig(name_servers=(rocketmq.proxy_addr,))) as proxy,
+    ):
+        broker_address = direct.topic_route(TEMPLATE_TOPIC).master_address(BROKER_A)
+        assert broker_address is not None
+        create_topic_on_broker(direct, broker_address, topic, 1, BROKER_A, TRANSACTION_TYPE)
+        queue = MessageQueue(topic, BROKER_A, 0)
+        eventually(lambda: _routed(proxy, topic), f"the proxy never routed {topic}", WAIT_S)
+        msg_id = UniqueIds(os.urandom(4)).next()
+        properties = {**message_properties(tags=None, keys=None, unique_id=msg_id), **half_properties(group)}
+        sent = proxy.call(
+            rocketmq.proxy_addr,
+            send_message(
+                queue,
+                b"through the proxy",
+                group=group,
+                properties=encode_properties(properties),
+                sys_flag=codes.MSG_FLAG_TRANSACTION_PREPARED,
+                born_ms=int(time.time() * 1000),
+            ),
+        )
+        half = stored_half(sent, BROKER_A, topic, msg_id)
+        proxy.call(rocketmq.proxy_addr, end_transaction(half, group, Resolution.COMMIT, from_check=True))
+        time.sleep(QUIET_S)
+        assert direct.call(broker_address, calls.max_offset(queue)) == 0, "the proxy's END_TRANSACTION committed"
+        direct.call(broker_address, end_transaction(half, group, Resolution.COMMIT, from_check=True))
+        eventually(
+            lambda: direct.call(broker_address, calls.max_offset(queue)) == 1,
+            "the half the proxy forwarded was not committable at its broker",
+            WAIT_S,
+        )
+
+
+def _routed(client: RocketMQClient, topic: str) -> bool:
+    try:
+        client.topic_route(topic)
+    except RocketMQError:
+        return False
+    return True
