@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark.remoting.route import TopicRoute
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.route import TopicRoute
 from rocketmq_spark.source.routes import QueueRoutes, UnroutedQueueError
 from tests.fakes import FakeBrokers
 from tests.support import TOPICS, ManualClock
