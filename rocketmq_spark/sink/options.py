@@ -18,6 +18,7 @@ from rocketmq_spark.config.cluster import (
     name_servers,
     with_namespace,
 )
+from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.config.values import OptionReader
 from rocketmq_spark.model import ClientConfig
 from rocketmq_spark.remoting.codes import ResponseCode
@@ -30,9 +31,21 @@ SEND_TIMEOUT_MS = "sendTimeoutMs"
 RETRIES = "retries"
 COMPRESS_BODY_OVER_BYTES = "compressBodyOverBytes"
 BATCH_MAX_BYTES = "batchMaxBytes"
+DELIVERY_GUARANTEE = "deliveryGuarantee"
+WRITE_ID = "writeId"
+TRANSACTION_TOPIC = "transactionTopic"
 
 # The options only a write takes: one of them in a query's options says it writes.
-WRITE_ONLY_OPTIONS = (PRODUCER_GROUP, SEND_TIMEOUT_MS, RETRIES, COMPRESS_BODY_OVER_BYTES, BATCH_MAX_BYTES)
+WRITE_ONLY_OPTIONS = (
+    PRODUCER_GROUP,
+    SEND_TIMEOUT_MS,
+    RETRIES,
+    COMPRESS_BODY_OVER_BYTES,
+    BATCH_MAX_BYTES,
+    DELIVERY_GUARANTEE,
+    WRITE_ID,
+    TRANSACTION_TOPIC,
+)
 ALL_OPTIONS = (*CLUSTER_OPTIONS, TOPIC, *WRITE_ONLY_OPTIONS)
 # Options Spark itself sets or passes along (a save path, a stream's checkpoint): taken, not used.
 SPARK_OWNED = frozenset({"path", "checkpointlocation"})
@@ -42,6 +55,9 @@ DEFAULT_SEND_TIMEOUT_MS = 3000
 DEFAULT_RETRIES = 2
 DEFAULT_COMPRESS_BODY_OVER_BYTES = 4096
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+DEFAULT_TRANSACTION_TOPIC = "rocketmq-spark-transactions"
 # The pause before an ordered or explicit-queue send is tried again on its own queue (a send that
 # may go elsewhere goes to another broker at once); at least remoting.replicas'
 # MIN_ROUTE_REFRESH_S, so the route the retry takes was asked after the failure.
@@ -76,6 +92,16 @@ class SinkOptions:
     retries: int
     compress_body_over_bytes: int
     batch_max_bytes: int
+    exactly_once: ExactlyOnceOptions | None = None  # None: at least once
+
+
+@dataclass(frozen=True)
+class ExactlyOnceOptions:
+    """What ``deliveryGuarantee=exactly-once`` adds: where the transaction records go (namespaced
+    as the topic is) and a ``df.write``'s name, if given."""
+
+    transaction_topic: str
+    write_id: str | None
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
@@ -84,6 +110,7 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     servers = name_servers(reader)
     namespace = reader.get(NAMESPACE)
     topic = reader.get(TOPIC)
+    exactly_once = _exactly_once(reader, namespace)
     group = reader.get(PRODUCER_GROUP) or DEFAULT_PRODUCER_GROUP
 
     def number(name: str, default: int, *, zero_ok: bool) -> int:
@@ -100,7 +127,38 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         retries=number(RETRIES, DEFAULT_RETRIES, zero_ok=True),
         compress_body_over_bytes=number(COMPRESS_BODY_OVER_BYTES, DEFAULT_COMPRESS_BODY_OVER_BYTES, zero_ok=False),
         batch_max_bytes=number(BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_BYTES, zero_ok=True),
+        exactly_once=exactly_once,
     )
+
+
+def _exactly_once(reader: OptionReader, namespace: str | None) -> ExactlyOnceOptions | None:
+    """``deliveryGuarantee`` and what exactly-once needs with it: an explicit ``producerGroup`` (the
+    transactions are the group's, across the query's restarts)."""
+    guarantee = (reader.get(DELIVERY_GUARANTEE) or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ConfigurationError(
+            DELIVERY_GUARANTEE,
+            f"'{reader.get(DELIVERY_GUARANTEE)}' is not a guarantee",
+            f"Write {AT_LEAST_ONCE} or {EXACTLY_ONCE}",
+        )
+    write_id = reader.get(WRITE_ID)
+    if guarantee == AT_LEAST_ONCE:
+        for name in (WRITE_ID, TRANSACTION_TOPIC):
+            if reader.get(name) is not None:
+                raise ConfigurationError(
+                    name,
+                    f"is used only with {DELIVERY_GUARANTEE}={EXACTLY_ONCE}",
+                    f"Set {DELIVERY_GUARANTEE} to {EXACTLY_ONCE}, or drop {name}",
+                )
+        return None
+    if not reader.get(PRODUCER_GROUP):
+        raise ConfigurationError(
+            PRODUCER_GROUP,
+            f"is required with {DELIVERY_GUARANTEE}={EXACTLY_ONCE}",
+            "Name a group of this query (or write) alone, kept across its restarts, e.g. orders-enricher",
+        )
+    topic = reader.get(TRANSACTION_TOPIC) or DEFAULT_TRANSACTION_TOPIC
+    return ExactlyOnceOptions(with_namespace(topic, namespace), write_id)
 
 
 def sink_retry(options: SinkOptions) -> Retry:

@@ -14,6 +14,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.codec import DEFAULT_MAX_FRAME_LENGTH
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink.batches import Accumulator, Message, Part
+from rocketmq_spark.sink.halves import HalfLog
 from rocketmq_spark.sink.messages import Row, RowError
 from rocketmq_spark.sink.options import SinkOptions
 from rocketmq_spark.sink.placing import Placer
@@ -34,12 +35,18 @@ class TaskProducer:
     Arrow batch's), then ``close``."""
 
     def __init__(
-        self, options: SinkOptions, producer: WorkerProducer, retry: Retry, picker: QueuePicker | None = None
+        self,
+        options: SinkOptions,
+        producer: WorkerProducer,
+        retry: Retry,
+        picker: QueuePicker | None = None,
+        halves: HalfLog | None = None,
     ) -> None:
         self._producer = producer
         self._placer = Placer(producer, picker or QueuePicker(producer.replicas), retry, options.namespace)
-        self._sender = Sender(options, producer, self._placer, retry)
-        self._batches = Accumulator(options.batch_max_bytes, self._gathered)
+        self._sender = Sender(options, producer, self._placer, retry, halves)
+        # Halves go alone: RocketMQ has no batch of half messages.
+        self._batches = Accumulator(0 if halves is not None else options.batch_max_bytes, self._gathered)
 
     @property
     def stored(self) -> int:

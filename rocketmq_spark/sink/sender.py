@@ -9,6 +9,8 @@
   retry's pause. Answers that say the message is stored but not yet flushed or replicated are
   accepted with a warning: resending would store it twice.
 - A send alone is compressed at ``compressBodyOverBytes`` or more; a batch send is not.
+- With a ``HalfLog`` (exactly once) every send is a half: alone, flagged prepared, with the
+  attempt's properties, and what the broker stored is kept for the driver's COMMITs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from rocketmq_spark.model import MS_PER_SECOND, MessageQueue, now_ms
 from rocketmq_spark.records.outgoing import COMPRESSED_ZLIB_SYS_FLAG, compress_body
 from rocketmq_spark.records.outgoing_batch import record_parts
+from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.client import Answer
 from rocketmq_spark.remoting.codec import RemotingCommand
@@ -27,6 +30,7 @@ from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.retry import Attempts, Retry
 from rocketmq_spark.remoting.sending import SendResult, SendStatus, send_batch, send_message
 from rocketmq_spark.sink.batches import Message, Part, batch_pieces
+from rocketmq_spark.sink.halves import HalfLog
 from rocketmq_spark.sink.messages import batch_properties
 from rocketmq_spark.sink.options import SinkOptions
 from rocketmq_spark.sink.placing import Placer, SendFailedError
@@ -70,8 +74,16 @@ class _Send:
 class Sender:
     """One task's sends on the wire; ``close`` waits until every one is stored (or raises)."""
 
-    def __init__(self, options: SinkOptions, producer: WorkerProducer, placer: Placer, retry: Retry) -> None:
+    def __init__(
+        self,
+        options: SinkOptions,
+        producer: WorkerProducer,
+        placer: Placer,
+        retry: Retry,
+        halves: HalfLog | None = None,
+    ) -> None:
         self._options = options
+        self._halves = halves
         self._producer = producer
         self._placer = placer
         self._retry = retry  # how often, after which answers and pauses a failed send goes again
@@ -117,8 +129,11 @@ class Sender:
             sys_flag = 0
             if len(body) >= self._options.compress_body_over_bytes:
                 body, sys_flag = compress_body(body), COMPRESSED_ZLIB_SYS_FLAG
+            if self._halves is not None:
+                encoded, sys_flag = encoded + self._halves.extra, sys_flag | codes.MSG_FLAG_TRANSACTION_PREPARED
             properties = encoded.decode("utf-8")
             return send_message(send.queue, body, group=group, properties=properties, sys_flag=sys_flag, born_ms=born)
+        assert self._halves is None, "halves are sent alone (exactly-once sends with batchMaxBytes 0)"
         properties = batch_properties(self._options.namespace)
         return send_batch(send.queue, batch_pieces(send.parts), group=group, properties=properties, born_ms=born)
 
@@ -155,6 +170,10 @@ class Sender:
     def _stored(self, send: _Send, result: SendResult) -> None:
         count = send.count
         self.stored += count
+        if self._halves is not None:
+            only = send.parts[0]
+            assert isinstance(only, Message)
+            self._halves.stored(send.queue, result, only.unique_id, send.pinned)
         if result.status is not SendStatus.SEND_OK:
             self.unflushed += count
             log.warning(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -21,25 +20,14 @@ from pyspark.sql.types import StructType
 
 from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.sink.columns import check_columns
-from rocketmq_spark.sink.messages import rows_from_columns, rows_of
-from rocketmq_spark.sink.options import SinkOptions, parse_sink_options, sink_retry
-from rocketmq_spark.sink.producer import TaskProducer
-from rocketmq_spark.sink.shared import shared_producer
-from rocketmq_spark.sink.spark_api import StreamWriterBase, spark_rows_to_columns
-from rocketmq_spark.sink.vectorized import columns_batch, send_arrow_batch, slices, vectorized
+from rocketmq_spark.sink.exactly_once import ExactlyOnceBatchWriter, ExactlyOnceStreamWriter
+from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
+from rocketmq_spark.sink.spark_api import StreamWriterBase
+from rocketmq_spark.sink.task import WrittenRows, write_task
 
 log = logging.getLogger(__name__)
 
 SAVE_MODE = "mode"
-
-
-@dataclass
-class WrittenRows(WriterCommitMessage):
-    """What one task stored: its rows, and how many of them the broker stored without flushing or
-    replicating them yet (accepted with a warning)."""
-
-    stored: int
-    unflushed: int
 
 
 def checked(raw: Mapping[str, str], schema: StructType, overwrite: bool) -> tuple[SinkOptions, dict[str, str]]:
@@ -52,37 +40,6 @@ def checked(raw: Mapping[str, str], schema: StructType, overwrite: bool) -> tupl
         )
     options = parse_sink_options(raw)
     return options, check_columns(schema, options.topic).names
-
-
-def write_task(options: SinkOptions, names: Mapping[str, str], iterator: Iterator[Any]) -> WrittenRows:
-    """Send every row of a task (Arrow batches, or Spark rows on a PySpark 4.0 stream)."""
-    task = TaskProducer(options, shared_producer(options.client, options.producer_group), sink_retry(options))
-    first = next(iterator, None)
-    if first is None:
-        return WrittenRows(0, 0)
-    if isinstance(first, pa.RecordBatch):
-        whole = vectorized(options, names)
-        for batch in _chain(first, iterator):
-            for part in slices(batch) if whole else (batch,):
-                if whole and send_arrow_batch(task, part, names, options):
-                    continue
-                for row in rows_of(part, names, options.topic, options.namespace):
-                    task.add(row)
-    else:
-        whole = vectorized(options, names)
-        for values, count in spark_rows_to_columns(_chain(first, iterator), names):
-            batch = columns_batch(values) if whole else None
-            if batch is not None and send_arrow_batch(task, batch, {c: c for c in values}, options):
-                continue
-            for row in rows_from_columns(values, count, options.topic, options.namespace):
-                task.add(row)
-    task.close()
-    return WrittenRows(task.stored, task.unflushed)
-
-
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
 
 
 def _report(what: str, messages: Sequence[WriterCommitMessage | None]) -> None:
@@ -128,9 +85,19 @@ class RocketMQStreamWriter(StreamWriterBase):
         log.warning("micro-batch %d aborted: messages its tasks stored stay stored; Spark sends it again", batchId)
 
 
-def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
-    return RocketMQBatchWriter(*checked(raw, schema, overwrite))
+def batch_writer(
+    raw: Mapping[str, str], schema: StructType, overwrite: bool
+) -> RocketMQBatchWriter | ExactlyOnceBatchWriter:
+    options, names = checked(raw, schema, overwrite)
+    if options.exactly_once is not None:
+        return ExactlyOnceBatchWriter(options, names)
+    return RocketMQBatchWriter(options, names)
 
 
-def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
-    return RocketMQStreamWriter(*checked(raw, schema, overwrite))
+def stream_writer(
+    raw: Mapping[str, str], schema: StructType, overwrite: bool
+) -> RocketMQStreamWriter | ExactlyOnceStreamWriter:
+    options, names = checked(raw, schema, overwrite)
+    if options.exactly_once is not None:
+        return ExactlyOnceStreamWriter(options, names)
+    return RocketMQStreamWriter(options, names)

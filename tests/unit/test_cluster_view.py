@@ -25,7 +25,7 @@ from rocketmq_spark.remoting.codec import RemotingCommand
 from rocketmq_spark.sink import shared as sink_shared
 from rocketmq_spark.sink.columns import check_columns
 from rocketmq_spark.sink.options import parse_sink_options
-from rocketmq_spark.sink.writer import write_task
+from rocketmq_spark.sink.task import write_task
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.partition_reader import read_partition
 from tests.fake_queues import QUEUE, partition

@@ -19,8 +19,8 @@ from rocketmq_spark.records.properties import parse_properties
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.route import TopicRoute, parse_route
+from rocketmq_spark.sink import task as writer_module
 from rocketmq_spark.sink import vectorized as vectorized_module
-from rocketmq_spark.sink import writer as writer_module
 from rocketmq_spark.sink.messages import Row, RowError, encoded_properties, rows_of
 from rocketmq_spark.sink.options import parse_sink_options, sink_retry
 from rocketmq_spark.sink.producer import TaskProducer

@@ -13,7 +13,7 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.datasource import RocketMQDataSource
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.remoting.replicas import Replicas
-from rocketmq_spark.sink import writer as writer_module
+from rocketmq_spark.sink import task as writer_module
 from rocketmq_spark.sink.columns import ColumnError
 from rocketmq_spark.sink.shared import WorkerProducer
 from rocketmq_spark.sink.writer import RocketMQBatchWriter, RocketMQStreamWriter, WrittenRows

@@ -1,0 +1,109 @@
+"""``deliveryGuarantee=exactly-once`` against the real broker and real Spark: what RocketMQ's Java
+consumer finds is each committed row once, and nothing of a batch that did not commit.
+
+Halves that are never committed would show only if something committed one of their copies.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from integration.support import ClusterHandle, create_topic, max_offsets, produce, stream
+
+pytestmark = pytest.mark.integration
+
+QUEUES = 4
+ROWS = 600
+
+
+def java_bodies(rocketmq: ClusterHandle, topic: str) -> list[str]:
+    """Every message body of the topic, as RocketMQ's Java consumer reads it."""
+    stored = sum(max_offsets(rocketmq, topic).values())
+    if stored == 0:
+        return []
+    messages = rocketmq.tool("consume", "--topic", topic, "--count", str(stored), "--print")
+    return sorted(base64.b64decode(m["body"]).decode() for m in messages)
+
+
+def topics(rocketmq: ClusterHandle, unique: Any, *names: str) -> list[str]:
+    made = [unique(name) for name in names]
+    for topic in made:
+        create_topic(rocketmq, topic, queues=QUEUES)
+    return made
+
+
+def exactly_once(writer: Any, rocketmq: ClusterHandle, topic: str, group: str, ledger: str) -> Any:
+    return (
+        writer.format("rocketmq")
+        .option("nameServer", rocketmq.namesrv_addr)
+        .option("topic", topic)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("producerGroup", group)
+        .option("transactionTopic", ledger)
+    )
+
+
+def test_a_batch_write_is_seen_once_and_its_rerun_writes_nothing(
+    spark: Any, rocketmq: ClusterHandle, unique: Any
+) -> None:
+    target, ledger = topics(rocketmq, unique, "eo-batch", "eo-ledger")
+    group = unique("eo-batch-group")
+    df = spark.range(ROWS).selectExpr("cast(concat('row-', id) as binary) as body").repartition(3)
+    expected = sorted(f"row-{i}" for i in range(ROWS))
+    exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "nightly-1").save()
+    assert java_bodies(rocketmq, target) == expected
+    # The job run again (a driver that died after the commit): the same writeId writes nothing.
+    exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "nightly-1").save()
+    assert java_bodies(rocketmq, target) == expected
+    # Another writeId is another write.
+    exactly_once(df.limit(5).write.mode("append"), rocketmq, target, group, ledger).option("writeId", "n-2").save()
+    assert len(java_bodies(rocketmq, target)) == ROWS + 5
+
+
+def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart(
+    spark: Any, rocketmq: ClusterHandle, unique: Any, tmp_path: Path
+) -> None:
+    origin, target, ledger = topics(rocketmq, unique, "eo-in", "eo-out", "eo-ledger")
+    group, producers = unique("eo-group"), unique("eo-producer")
+    checkpoint = tmp_path / "checkpoint"
+    marker = tmp_path / "failed-once"
+
+    def fail_once(body: bytes) -> bytes:
+        """The last row of a partition fails the task the first time, after the rows before it
+        were sent as halves."""
+        text = body.decode()
+        if text.endswith("-299") and not marker.exists():
+            marker.write_text("failed")
+            raise RuntimeError("a task failing after it sent rows")
+        return text.upper().encode()
+
+    spark.udf.register("fail_once", fail_once, "binary")
+
+    def run() -> Any:
+        df = stream(spark, rocketmq, origin, group, consumeFromWhere="CONSUME_FROM_FIRST_OFFSET")
+        query = (
+            exactly_once(df.selectExpr("fail_once(body) as body").writeStream, rocketmq, target, producers, ledger)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(300), "the stream did not finish"
+        except StreamingQueryException as err:
+            return err
+        return query.exception()
+
+    produce(rocketmq, origin, 300, "--body", "first-{i}", "--quiet", broker="broker-a", queue=0)
+    error = run()
+    assert error is not None and "a task failing after it sent rows" in str(error)
+    assert java_bodies(rocketmq, target) == [], "an aborted batch's halves must stay invisible"
+    assert run() is None
+    produce(rocketmq, origin, 200, "--body", "second-{i}", "--quiet")
+    assert run() is None
+    expected = sorted([f"FIRST-{i}" for i in range(300)] + [f"SECOND-{i}" for i in range(200)])
+    assert java_bodies(rocketmq, target) == expected

@@ -1,0 +1,201 @@
+"""The exactly-once sink's one authority over its halves: the driver's commit and abort, and the
+recovery that finishes what an earlier run decided, each running a plan of ``decisions``.
+
+ENDs are two-way, so a COMMIT is known done when its answer comes, and they name each half by
+its original offsets (``fromTransactionCheck``, so that 5.1.1+ brokers take it at any age). Those
+of rows that keep an order (a sharding key, an explicit queue) go one at a time per queue, as
+the queue offset is given when the COMMIT is put; the others go many at once.
+
+``FINISH`` trusts no memory: it reads the decided halves back from the half queue by the
+decision's spans (each picked by its attempt's mark, a resent half's copy dropped by unique key),
+reads the target queues from the recorded positions for which of them are stored, and commits
+the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from rocketmq_spark.model import MS_PER_SECOND, MessageQueue
+from rocketmq_spark.remoting import calls
+from rocketmq_spark.remoting.cluster import shared_cluster
+from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.transactions import Half, Resolution, commit_log_offset, end_transaction
+from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision, record_key
+from rocketmq_spark.sink.decisions import Event, Plan, State, Step, decide
+from rocketmq_spark.sink.halves import SentHalves, Transaction
+from rocketmq_spark.sink.ledger import Entries, Ledger
+from rocketmq_spark.sink.options import SinkOptions
+from rocketmq_spark.sink.scans import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, scan
+
+log = logging.getLogger(__name__)
+
+# Where a broker keeps halves until they are resolved (``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``), one queue.
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_QUEUE_ID = 0
+
+# One half to resolve: the half, its target queue, and whether that queue keeps order.
+Pending = tuple[Half, MessageQueue, bool]
+
+
+class CommitFailedError(RocketMQError):
+    """Some COMMITs of a decided batch failed: the decision stands, the next start finishes it."""
+
+
+class Committer:
+    """Runs the plans of one producer group's batches on the driver."""
+
+    def __init__(self, options: SinkOptions, retry: Retry | None = None) -> None:
+        assert options.exactly_once is not None
+        cluster = shared_cluster(options.client)
+        self.client, self.replicas = cluster.client, cluster.replicas
+        self.group = options.producer_group
+        self.retry = retry or Retry()
+        self.timeout_s = options.send_timeout_ms / MS_PER_SECOND
+        self.ledger = Ledger(
+            self.client, self.replicas, self.retry, options.exactly_once.transaction_topic, self.group, self.timeout_s
+        )
+
+    def recover(self, whole: bool = False) -> Entries:
+        """Finish every batch an earlier run decided and did not finish; the records after
+        (``whole``: all the group's records the topic holds, not only those since it settled)."""
+        entries = self.ledger.read(whole)
+        for decision in entries.pending():
+            self._run(decide(State.DECIDED, Event.RECOVER), decision.key, (), entries, None)
+        if entries.pending():
+            entries = self.ledger.read(whole)
+        self.ledger.settle(entries)
+        return entries
+
+    def commit(self, transaction: Transaction, sent: Sequence[SentHalves]) -> Plan:
+        """Spark's commit of ``transaction``'s batch, whose tasks stored ``sent``."""
+        return self._event(Event.COMMIT, transaction, sent)
+
+    def abort(self, transaction: Transaction, sent: Sequence[SentHalves]) -> Plan:
+        return self._event(Event.ABORT, transaction, sent)
+
+    def _event(self, event: Event, transaction: Transaction, sent: Sequence[SentHalves]) -> Plan:
+        key = record_key(self.group, transaction.query, transaction.batch)
+        entries = self.ledger.read()
+        for decision in entries.pending():  # an earlier batch an earlier run left
+            if decision.key != key:
+                self._run(decide(State.DECIDED, Event.RECOVER), decision.key, (), entries, None)
+        decided = entries.decisions.get(key)
+        own = decided is not None and all(transaction.run in task.mark.split("/") for task in decided.tasks)
+        plan = decide(entries.state(key), event, own)
+        log.info("batch %s %s: %s", key, event.value, plan.says)
+        self._run(plan, key, sent, entries, transaction)
+        if plan.does(Step.RECORD_DONE):
+            self.ledger.settle(self.ledger.read())
+        return plan
+
+    def _run(
+        self, plan: Plan, key: str, sent: Sequence[SentHalves], entries: Entries, transaction: Transaction | None
+    ) -> None:
+        own = [(h, q, p) for s in sent for h, q, p in zip(s.halves(), s.queues(), s.pinned)]
+        for step in plan.steps:
+            if step is Step.RECORD_DECISION:
+                assert transaction is not None
+                decision = self._decision(transaction, sent)
+                self.ledger.decide(decision)
+                entries.decisions[key] = decision
+            elif step is Step.COMMIT_OWN:
+                self._end(own, Resolution.COMMIT)
+            elif step is Step.FINISH:
+                self._end(self._unstored(entries.decisions[key]), Resolution.COMMIT)
+            elif step is Step.RECORD_DONE:
+                self.ledger.done(key)
+                entries.done.add(key)
+            elif step is Step.ROLLBACK_OWN:
+                try:
+                    self._end(own, Resolution.ROLLBACK)
+                except RocketMQError as err:  # never visible anyway: the broker sets them aside
+                    log.warning("rolling back %d half(s) of %s failed (%s); they stay invisible", len(own), key, err)
+
+    def _decision(self, transaction: Transaction, sent: Sequence[SentHalves]) -> Decision:
+        """The decision of this run's halves, with where each target queue ends now: every COMMIT
+        of it is put at or after that."""
+        queues = sorted({q for s in sent for q in s.places}, key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        positions = {q: self._max_offset(q) for q in queues}
+        tasks = tuple(s.spans() for s in sent if len(s))
+        return Decision(self.group, transaction.query, transaction.batch, tasks, positions)
+
+    def _master(self, topic: str, broker_name: str) -> str:
+        address = self.retry.call(lambda: self.replicas.master(topic, broker_name), f"master of {broker_name}")
+        if address is None:
+            raise NoReplicaError(broker_name, [])
+        return address
+
+    def _max_offset(self, queue: MessageQueue) -> int:
+        address = self._master(queue.topic, queue.broker_name)
+        return self.retry.call(lambda: self.client.call(address, calls.max_offset(queue)), f"max offset of {queue}")
+
+    def _end(self, halves: Iterable[Pending], resolution: Resolution) -> None:
+        """Resolve each half once: those of ordered queues one at a time per queue, in order; the
+        others together. Every answer is awaited; any failure is raised after the rest settled."""
+        rounds: list[list[Half]] = [[]]
+        per_queue: dict[MessageQueue, int] = {}
+        for half, queue, pinned in halves:
+            if not pinned:
+                rounds[0].append(half)
+                continue
+            index = per_queue.get(queue, 0)
+            per_queue[queue] = index + 1
+            while len(rounds) <= index:
+                rounds.append([])
+            rounds[index].append(half)
+        failures: list[RocketMQError] = []
+        for batch in rounds:
+            addressed = [
+                (self._master(h.topic, h.broker_name), end_transaction(h, self.group, resolution, from_check=True))
+                for h in batch
+            ]
+            failures += [o for o in self.client.call_many(addressed) if isinstance(o, RocketMQError)]
+            if failures:
+                break  # an ordered queue's next COMMIT waits for the one before it
+        if failures:
+            raise CommitFailedError(
+                f"{len(failures)} END_TRANSACTION ({resolution.name}) request(s) failed, first: {failures[0]}; "
+                "the decision is recorded, and the next start (or Spark's retry) finishes it"
+            )
+
+    def _unstored(self, decision: Decision) -> list[Pending]:
+        """The decided halves not stored in their target queues yet, in half-queue order."""
+        halves: dict[str, Pending] = {}
+        topic = next(iter(decision.positions)).topic if decision.positions else None
+        for task in decision.tasks:
+            for span in task.spans:
+                assert topic is not None
+                address = self._master(topic, span.broker_name)
+                half_queue = MessageQueue(HALF_TOPIC, span.broker_name, HALF_QUEUE_ID)
+                found = 0
+                for m in scan(self.client, address, half_queue, self.group, span.first, span.last + 1, self.retry):
+                    unique = m.unique_key
+                    if m.properties.get(PROPERTY_ATTEMPT) != task.mark or unique is None or unique in halves:
+                        continue
+                    real = MessageQueue(
+                        m.properties[PROPERTY_REAL_TOPIC], span.broker_name, int(m.properties[PROPERTY_REAL_QUEUE_ID])
+                    )
+                    half = Half(
+                        span.broker_name, real.topic, commit_log_offset(m.offset_msg_id), m.queue_offset, unique
+                    )
+                    halves[unique] = (half, real, True)
+                    found += 1
+                if found != span.count:
+                    raise CommitFailedError(
+                        f"the half queue of {span.broker_name} holds {found} of the {span.count} halves of {task.mark} "
+                        f"between {span.first} and {span.last}: were its files deleted (fileReservedTime)?"
+                    )
+        marks = {task.mark for task in decision.tasks}
+        stored: set[str] = set()
+        for queue, position in decision.positions.items():
+            address = self._master(queue.topic, queue.broker_name)
+            end = self._max_offset(queue)
+            for m in scan(self.client, address, queue, self.group, position, end, self.retry):
+                if m.properties.get(PROPERTY_ATTEMPT) in marks and m.unique_key is not None:
+                    stored.add(m.unique_key)
+        left = [pending for unique, pending in halves.items() if unique not in stored]
+        log.info("batch %s: %d of %d decided half(s) not stored yet", decision.key, len(left), len(halves))
+        return left

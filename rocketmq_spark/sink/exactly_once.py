@@ -1,0 +1,132 @@
+"""The writers of ``deliveryGuarantee=exactly-once``: tasks send every row as a half message, and
+only the driver's commit makes a batch visible (``commit.Committer``), whatever failed on the way.
+
+Spark runs ``commit`` and ``abort`` in a fresh process on a fresh copy of the writer, and the
+tasks' ``write`` gets no batch id: each task reads its query and batch from Spark's local
+properties, and the writer made at the query's (or write's) start carries the run's id, so a
+restarted driver's halves are told from those of the run before it.
+
+Refused before anything is sent: a 5.x proxy endpoint (its remoting port answers
+END_TRANSACTION and commits nothing), ``delayLevel`` and ``deliverTime`` columns (a half cannot
+be delayed), a transaction topic that does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from rocketmq_spark.config.cluster import NAME_SERVER
+from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.remoting.cluster import shared_cluster
+from rocketmq_spark.sink import columns as col
+from rocketmq_spark.sink.commit import Committer
+from rocketmq_spark.sink.decision_record import record_key
+from rocketmq_spark.sink.decisions import Event, Step, decide
+from rocketmq_spark.sink.halves import HalfLog, SentHalves, Transaction
+from rocketmq_spark.sink.options import DELIVERY_GUARANTEE, EXACTLY_ONCE, SinkOptions
+from rocketmq_spark.sink.spark_api import StreamWriterBase
+from rocketmq_spark.sink.task import WrittenRows, write_task
+
+log = logging.getLogger(__name__)
+
+# Columns a half cannot carry: RocketMQ delivers a delayed or timed half at once when committed.
+UNDELAYABLE = (col.DELAY_LEVEL, col.DELIVER_TIME)
+
+
+def refuse_what_cannot_be_exactly_once(options: SinkOptions, names: Mapping[str, str]) -> None:
+    """The checks made on the driver before any task sends."""
+    for column in UNDELAYABLE:
+        if column in names:
+            raise ConfigurationError(
+                DELIVERY_GUARANTEE,
+                f"{EXACTLY_ONCE} cannot send column {names[column]}: half messages cannot be delayed or timed",
+                f"Drop the {names[column]} column, or write at-least-once",
+            )
+    if shared_cluster(options.client).client.live_brokers() is None:
+        raise ConfigurationError(
+            NAME_SERVER,
+            f"{EXACTLY_ONCE} needs the name servers and brokers: the address given is a 5.x proxy, whose remoting "
+            "port answers END_TRANSACTION without committing",
+            "Give the name server addresses (nameServer=host:9876)",
+        )
+
+
+def _sent(messages: Sequence[WriterCommitMessage | None]) -> list[SentHalves]:
+    return [m.halves for m in messages if isinstance(m, WrittenRows) and m.halves is not None]
+
+
+def _attempt() -> int:
+    context = TaskContext.get()
+    return context.taskAttemptId() if context is not None else 0
+
+
+class ExactlyOnceStreamWriter(StreamWriterBase):
+    """``writeStream`` exactly once: a micro-batch becomes visible when Spark commits it."""
+
+    def __init__(self, options: SinkOptions, names: dict[str, str]) -> None:
+        refuse_what_cannot_be_exactly_once(options, names)
+        self.options = options
+        self.names = names
+        self.run = uuid.uuid4().hex
+        Committer(options).recover()
+
+    def write(self, iterator: Iterator[Any]) -> WrittenRows:
+        transaction = Transaction.of_task(self.run, None)
+        halves = HalfLog(self.options.producer_group, transaction, _attempt())
+        return write_task(self.options, self.names, iterator, halves)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sent = _sent(messages)
+        if not sent:
+            return
+        plan = Committer(self.options).commit(sent[0].transaction, sent)
+        log.info("micro-batch %d: %s (%d row(s))", batchId, plan.says, sum(len(s) for s in sent))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sent = _sent(messages)
+        if sent:
+            plan = Committer(self.options).abort(sent[0].transaction, sent)
+            log.warning("micro-batch %d aborted: %s", batchId, plan.says)
+
+
+class ExactlyOnceBatchWriter(DataSourceArrowWriter):
+    """``df.write`` exactly once: all of the job's rows become visible, or none. With a
+    ``writeId``, a write that finds the same id committed writes nothing and says so."""
+
+    def __init__(self, options: SinkOptions, names: dict[str, str]) -> None:
+        refuse_what_cannot_be_exactly_once(options, names)
+        assert options.exactly_once is not None
+        self.options = options
+        self.names = names
+        self.run = uuid.uuid4().hex
+        self.write_id = options.exactly_once.write_id or self.run
+        entries = Committer(options).recover(whole=options.exactly_once.write_id is not None)
+        plan = decide(entries.state(record_key(options.producer_group, self.write_id, 0)), Event.START_WRITE)
+        self.skip = plan.does(Step.SKIP_WRITE)
+        if self.skip:
+            log.warning("write %s of producer group %s: %s", self.write_id, options.producer_group, plan.says)
+
+    def write(self, iterator: Iterator[Any]) -> WrittenRows:
+        if self.skip:
+            return WrittenRows(0, 0)
+        transaction = Transaction.of_task(self.run, self.write_id)
+        halves = HalfLog(self.options.producer_group, transaction, _attempt())
+        return write_task(self.options, self.names, iterator, halves)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = _sent(messages)
+        if sent:
+            plan = Committer(self.options).commit(sent[0].transaction, sent)
+            log.info("write %s: %s (%d row(s))", self.write_id, plan.says, sum(len(s) for s in sent))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = _sent(messages)
+        if sent:
+            plan = Committer(self.options).abort(sent[0].transaction, sent)
+            log.warning("write %s aborted: %s", self.write_id, plan.says)
