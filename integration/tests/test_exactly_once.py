@@ -7,6 +7,7 @@ Halves that are never committed would show only if something committed one of th
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,17 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from integration.support import ClusterHandle, create_topic, max_offsets, produce, stream
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import calls
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.sink.commit import HALF_QUEUE_ID, HALF_TOPIC
 
 pytestmark = pytest.mark.integration
 
 QUEUES = 4
 ROWS = 600
+# A refusal comes before any task runs: seconds, whatever the retry budgets.
+REFUSED_WITHIN_S = 30.0
 
 
 def java_bodies(rocketmq: ClusterHandle, topic: str) -> list[str]:
@@ -28,6 +35,18 @@ def java_bodies(rocketmq: ClusterHandle, topic: str) -> list[str]:
         return []
     messages = rocketmq.tool("consume", "--topic", topic, "--count", str(stored), "--print")
     return sorted(base64.b64decode(m["body"]).decode() for m in messages)
+
+
+def halves_stored(rocketmq: ClusterHandle, topic: str) -> int:
+    """How many halves the brokers serving ``topic`` hold in their half queues (resolved or not)."""
+    with RocketMQClient(ClientConfig(name_servers=(rocketmq.namesrv_addr,))) as client:
+        route = client.topic_route(topic)
+        total = 0
+        for broker in route.brokers:
+            address = route.master_address(broker)
+            assert address is not None
+            total += client.call(address, calls.max_offset(MessageQueue(HALF_TOPIC, broker, HALF_QUEUE_ID)))
+        return total
 
 
 def topics(rocketmq: ClusterHandle, unique: Any, *names: str) -> list[str]:
@@ -96,6 +115,8 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
             assert query.awaitTermination(300), "the stream did not finish"
         except StreamingQueryException as err:
             return err
+        finally:
+            query.stop()  # a failed query may still hold its checkpoint for a moment
         return query.exception()
 
     produce(rocketmq, origin, 300, "--body", "first-{i}", "--quiet", broker="broker-a", queue=0)
@@ -107,3 +128,33 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
     assert run() is None
     expected = sorted([f"FIRST-{i}" for i in range(300)] + [f"SECOND-{i}" for i in range(200)])
     assert java_bodies(rocketmq, target) == expected
+    # The driver died after the sink's commit and before Spark's commit log: Spark runs the last
+    # batch again and commits it a second time; the sink finds it done and publishes nothing.
+    commits = checkpoint / "commits"
+    last = max(int(path.name) for path in commits.iterdir() if path.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    before = halves_stored(rocketmq, target)
+    assert run() is None
+    assert halves_stored(rocketmq, target) > before, "the batch was not run again"
+    assert java_bodies(rocketmq, target) == expected
+
+
+def test_a_proxy_endpoint_and_a_missing_transaction_topic_are_refused_before_sending(
+    spark: Any, rocketmq: ClusterHandle, unique: Any
+) -> None:
+    (target,) = topics(rocketmq, unique, "eo-refused")
+    group, missing = unique("eo-refused-group"), unique("eo-no-such-ledger")
+    df = spark.range(3).selectExpr("cast(id as string) as body")
+    assert rocketmq.proxy_addr, "this test needs the session cluster's proxy (RocketMQ 5.x)"
+    began = time.monotonic()
+    through_proxy = exactly_once(df.write.mode("append"), rocketmq, target, group, unique("eo-ledger"))
+    with pytest.raises(
+        Exception, match="is a 5.x proxy, whose remoting port answers END_TRANSACTION without committing"
+    ):
+        through_proxy.option("nameServer", rocketmq.proxy_addr).save()
+    without_ledger = exactly_once(df.write.mode("append"), rocketmq, target, group, missing)
+    with pytest.raises(Exception, match=f"(?s)topic {missing} does not exist.*mqadmin updateTopic .* -t {missing}"):
+        without_ledger.save()
+    assert time.monotonic() - began < REFUSED_WITHIN_S
+    assert java_bodies(rocketmq, target) == []

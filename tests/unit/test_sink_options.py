@@ -21,10 +21,13 @@ from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError
 from rocketmq_spark.remoting.retry import NO_BUDGET
 from rocketmq_spark.sink.columns import BODY, SHARDING_KEY, ColumnError, check_columns
+from rocketmq_spark.sink.exactly_once import refuse_what_cannot_be_exactly_once
 from rocketmq_spark.sink.options import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_PRODUCER_GROUP,
+    DEFAULT_TRANSACTION_TOPIC,
     PINNED_RETRY_PAUSE_S,
+    ExactlyOnceOptions,
     looks_like_a_write,
     parse_sink_options,
     sink_retry,
@@ -148,3 +151,38 @@ def test_schema_refuses_what_is_neither_a_read_nor_a_write() -> None:
         RocketMQDataSource({**SERVER, "topic": "t", "startingOffsets": "nowhere"}).schema()
     with pytest.raises(ConfigurationError, match="option 'nameServer'"):
         RocketMQDataSource({"topic": "t"}).schema()
+
+
+def test_exactly_once_takes_its_options_and_defaults_and_needs_a_named_group() -> None:
+    assert parse_sink_options({**SERVER, "topic": "t"}).exactly_once is None
+    options = parse_sink_options(
+        {**SERVER, "topic": "t", "DeliveryGuarantee": "Exactly-Once", "producerGroup": "enricher", "namespace": "ns"}
+    )
+    assert options.exactly_once == ExactlyOnceOptions(f"ns%{DEFAULT_TRANSACTION_TOPIC}", None)
+    assert options.producer_group == "ns%enricher"
+    given = parse_sink_options(
+        {**SERVER, "deliveryGuarantee": "exactly-once", "producerGroup": "g", "writeId": "w", "transactionTopic": "tx"}
+    )
+    assert given.exactly_once == ExactlyOnceOptions("tx", "w")
+
+
+@pytest.mark.parametrize(
+    ("raw", "named", "says"),
+    [
+        ({"deliveryGuarantee": "twice"}, "deliveryGuarantee", "at-least-once or exactly-once"),
+        ({"deliveryGuarantee": "exactly-once"}, "producerGroup", "is required with deliveryGuarantee=exactly-once"),
+        ({"writeId": "w"}, "writeId", "is used only with deliveryGuarantee=exactly-once"),
+        ({"transactionTopic": "tx"}, "transactionTopic", "is used only with deliveryGuarantee=exactly-once"),
+    ],
+)
+def test_exactly_once_options_out_of_place_name_themselves(raw: dict[str, str], named: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says) as caught:
+        parse_sink_options({**SERVER, "topic": "t", **raw})
+    assert caught.value.option == named
+
+
+@pytest.mark.parametrize("column", ["delayLevel", "deliverTime"])
+def test_exactly_once_refuses_delayed_and_timed_rows_before_sending(column: str) -> None:
+    options = parse_sink_options({**SERVER, "topic": "t", "deliveryGuarantee": "exactly-once", "producerGroup": "g"})
+    with pytest.raises(ConfigurationError, match=f"cannot send column {column}: half messages cannot be delayed"):
+        refuse_what_cannot_be_exactly_once(options, {BODY: "body", column: column})
