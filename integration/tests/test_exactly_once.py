@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -18,12 +19,20 @@ from integration.support import ClusterHandle, create_topic, max_offsets, produc
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
-from rocketmq_spark.sink.commit import HALF_QUEUE_ID, HALF_TOPIC
+from rocketmq_spark.remoting.transactions import Resolution
+from rocketmq_spark.sink.commit import HALF_QUEUE_ID, HALF_TOPIC, Committer
+from rocketmq_spark.sink.decision_record import record_key
+from rocketmq_spark.sink.decisions import Event, Plan, State, decide
+from rocketmq_spark.sink.halves import HalfLog, Transaction
+from rocketmq_spark.sink.ledger import Entries
+from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.task import write_task
 
 pytestmark = pytest.mark.integration
 
 QUEUES = 4
 ROWS = 600
+CUT_ROWS = 90
 # A refusal comes before any task runs: seconds, whatever the retry budgets.
 REFUSED_WITHIN_S = 30.0
 
@@ -157,3 +166,41 @@ def test_a_proxy_endpoint_and_a_missing_transaction_topic_are_refused_before_sen
         without_ledger.save()
     assert time.monotonic() - began < REFUSED_WITHIN_S
     assert java_bodies(rocketmq, target) == []
+
+
+def test_a_decision_cut_off_in_the_middle_of_its_commits_is_finished_once(rocketmq: ClusterHandle, unique: Any) -> None:
+    """The driver died after the decision and some COMMITs: the next start reads the decided halves
+    back, finds which are stored by their unique keys, and commits only the others. Run without
+    Spark: a task's sends and the driver's steps, against the real brokers."""
+    target, ledger = topics(rocketmq, unique, "eo-cut", "eo-cut-ledger")
+    group = unique("eo-cut-group")
+    options = parse_sink_options(
+        {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": group,
+            "transactionTopic": ledger,
+        }
+    )
+    transaction = Transaction(unique("query"), 3, "run-1")
+    bodies = [f"cut-{i}".encode() for i in range(CUT_ROWS)]
+    halves = HalfLog(group, transaction, attempt=1)
+    written = write_task(options, {"body": "body"}, iter([pa.record_batch({"body": pa.array(bodies)})]), halves)
+    assert written.halves is not None and len(written.halves) == CUT_ROWS
+    committer = Committer(options)
+    plan = decide(State.UNDECIDED, Event.COMMIT)
+    # The decision, then COMMITs of the first third only: the driver dies there.
+    cut = Plan(plan.steps[:1], plan.says)
+    committer._run(
+        cut, record_key(group, transaction.query, transaction.batch), [written.halves], Entries(), transaction
+    )
+    first = list(zip(written.halves.halves(), written.halves.queues(), written.halves.pinned))[: CUT_ROWS // 3]
+    committer._end(first, Resolution.COMMIT)
+    assert len(java_bodies(rocketmq, target)) == CUT_ROWS // 3
+    entries = Committer(options).recover()  # the next start, in a fresh committer
+    assert not entries.pending()
+    assert java_bodies(rocketmq, target) == sorted(b.decode() for b in bodies)
+    # A second recovery finds the batch done and commits nothing more.
+    Committer(options).recover()
+    assert len(java_bodies(rocketmq, target)) == CUT_ROWS
