@@ -8,6 +8,7 @@ held to the protocol the sink names (``SendingClient``) by the type checker:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -23,6 +24,7 @@ T = TypeVar("T")
 VERSION_5 = 479
 VERSION_4 = 407
 _INNER_HEAD = 20  # size, magic, CRC, flag, body length
+HOST_AND_PORT = "7F00000100002A9F"  # the start of an offset message id: 127.0.0.1:10911
 _INT = 4
 
 
@@ -43,30 +45,42 @@ class Answer:
         self.client, self.sent, self.outcome = client, sent, outcome
 
     def result(self) -> RemotingCommand:
-        self.client.on_wire.discard(self.sent.queue)
+        self.client.on_wire[self.sent.queue] -= 1
+        if not self.client.on_wire[self.sent.queue]:
+            del self.client.on_wire[self.sent.queue]
         if isinstance(self.outcome, RocketMQError):
             raise self.outcome
-        fields = {"msgId": "OFFSETID", "queueId": str(self.sent.fields["e"]), "queueOffset": "0"}
+        # Each send stored at its own offsets: the commit-log offset ends the offset message id.
+        index = self.client.sent.index(self.sent)
+        fields = {
+            "msgId": f"{HOST_AND_PORT}{index:016X}",
+            "queueId": str(self.sent.fields["e"]),
+            "queueOffset": str(index),
+        }
         return RemotingCommand(code=self.outcome, flag=FLAG_RESPONSE, ext_fields=fields, version=VERSION_5)
 
 
 class FakeClient(SendingClient):
     """Answers heartbeats with a version per address and sends with scripted outcomes per address
     (SUCCESS once the script is used up); checks that a queue never has two sends on the wire.
-    A heartbeat to an ``unreachable`` address fails as a broker that cannot be connected to."""
+    A heartbeat to an ``unreachable`` address fails as a broker that cannot be connected to.
+    ``many_per_queue``: sends of one queue may travel together (unordered halves do)."""
 
     def __init__(
         self,
         outcomes: Mapping[str, list[int | RocketMQError]] | None = None,
         version: int = VERSION_5,
         unreachable: frozenset[str] = frozenset(),
+        many_per_queue: bool = False,
     ) -> None:
+        self.many_per_queue = many_per_queue
+        self.most_on_one_queue = 0
         self.outcomes = {a: list(o) for a, o in (outcomes or {}).items()}
         self.version = version
         self.unreachable = unreachable
         self.sent: list[Sent] = []
         self.heartbeats: list[str] = []
-        self.on_wire: set[tuple[str, int]] = set()
+        self.on_wire: Counter[tuple[str, int]] = Counter()
         self.most_on_wire = 0
 
     def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
@@ -78,9 +92,10 @@ class FakeClient(SendingClient):
 
     def submit(self, address: str, call: Call[object], timeout: float | None = None) -> Answer:
         sent = Sent(address, call.code, dict(call.fields), joined(call.body))
-        assert sent.queue not in self.on_wire, f"two sends on the wire for {sent.queue}"
-        self.on_wire.add(sent.queue)
-        self.most_on_wire = max(self.most_on_wire, len(self.on_wire))
+        assert self.many_per_queue or sent.queue not in self.on_wire, f"two sends on the wire for {sent.queue}"
+        self.on_wire[sent.queue] += 1
+        self.most_on_wire = max(self.most_on_wire, sum(self.on_wire.values()))
+        self.most_on_one_queue = max(self.most_on_one_queue, self.on_wire[sent.queue])
         self.sent.append(sent)
         script = self.outcomes.get(address) or []
         return Answer(self, sent, script.pop(0) if script else ResponseCode.SUCCESS)

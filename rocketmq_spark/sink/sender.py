@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from rocketmq_spark.model import MS_PER_SECOND, MessageQueue, now_ms
@@ -88,21 +90,26 @@ class Sender:
         self._placer = placer
         self._retry = retry  # how often, after which answers and pauses a failed send goes again
         self._timeout_s = options.send_timeout_ms / MS_PER_SECOND
-        self._flying: dict[MessageQueue, _Send] = {}
-        self._order: deque[MessageQueue] = deque()
+        # What is on the wire, by slot: a queue, whose sends keep their order one at a time; or, for
+        # a half whose queue keeps no order, a slot of its own (a half's place in its queue is
+        # given only when the driver commits it, so many travel at once).
+        self._flying: dict[Hashable, _Send] = {}
+        self._order: deque[Hashable] = deque()
+        self._tokens = itertools.count()
         self.stored = 0
         self.unflushed = 0
 
     def submit(self, queue: MessageQueue, address: str | None, parts: list[Part]) -> None:
         """Put a send on the wire once its queue's previous one is stored and the window has room."""
         send = _Send(queue, address, parts, self._retry.start())
-        if send.queue in self._flying:
-            self._settle(send.queue)
+        slot: Hashable = queue if self._halves is None or send.pinned else next(self._tokens)
+        if slot in self._flying:
+            self._settle(slot)
         while len(self._flying) >= MAX_IN_FLIGHT:
             self._settle(self._order[0])
         self._write(send)
-        self._flying[send.queue] = send
-        self._order.append(send.queue)
+        self._flying[slot] = send
+        self._order.append(slot)
 
     def close(self) -> None:
         """Wait until every send is stored, or raise ``SendFailedError`` for the first that is not."""
@@ -137,10 +144,10 @@ class Sender:
         properties = batch_properties(self._options.namespace)
         return send_batch(send.queue, batch_pieces(send.parts), group=group, properties=properties, born_ms=born)
 
-    def _settle(self, queue: MessageQueue) -> None:
-        """Wait for the queue's send, sending it again while that can help."""
-        send = self._flying.pop(queue)
-        self._order.remove(queue)
+    def _settle(self, slot: Hashable) -> None:
+        """Wait for the slot's send, sending it again while that can help."""
+        send = self._flying.pop(slot)
+        self._order.remove(slot)
         while True:
             assert send.call is not None
             try:
@@ -163,7 +170,7 @@ class Sender:
             send.address = self._placer.refresh(send.queue)
         else:  # encoded for the new broker's line, with the same ids
             send.queue, send.address = self._placer.target(send.parts[0], send.queue.broker_name, tuple(send.parts[1:]))
-            if send.queue in self._flying:  # its new queue's send first: one on the wire per queue
+            if self._halves is None and send.queue in self._flying:  # one on the wire per queue
                 self._settle(send.queue)
         self._write(send)
 

@@ -12,13 +12,15 @@ import pytest
 
 from rocketmq_spark.records.outgoing import UniqueIds
 from rocketmq_spark.records.properties import parse_properties
-from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
+from rocketmq_spark.remoting.codes import MSG_FLAG_TRANSACTION_PREPARED, RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.sink import producer as producer_module
 from rocketmq_spark.sink import sender as sender_module
+from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, HalfSpan
+from rocketmq_spark.sink.halves import HalfLog, Transaction
 from rocketmq_spark.sink.messages import Row, RowError
 from rocketmq_spark.sink.options import PINNED_RETRY_PAUSE_S, SinkOptions, parse_sink_options, sink_retry
 from rocketmq_spark.sink.placing import SendFailedError
@@ -274,3 +276,44 @@ def test_a_pinned_send_that_failed_goes_to_the_master_the_routes_list_after_its_
     sending.close()
     assert [(s.address, s.queue) for s in client.sent] == [("a:1", ("a", 0)), ("a:2", ("a", 0))]
     assert asked == [0.0, PINNED_RETRY_PAUSE_S]
+
+
+def half_task(client: FakeClient, halves: HalfLog) -> TaskProducer:
+    parsed = parse_sink_options({"nameServer": "h:1", "deliveryGuarantee": "exactly-once", "producerGroup": "g"})
+    shared = WorkerProducer(
+        client, "g", "ip@x", UniqueIds(b"\x7f\x00\x00\x01", fixed=1), Replicas(lambda topic: route())
+    )
+    picker = QueuePicker(shared.replicas)
+    picker._next = 0
+    return TaskProducer(parsed, shared, no_wait(parsed), picker, halves=halves)
+
+
+def test_halves_go_alone_flagged_prepared_with_the_attempts_mark_and_their_offsets_are_kept() -> None:
+    client = FakeClient(many_per_queue=True)
+    halves = HalfLog("g", Transaction("query-1", 7, "run-1"), attempt=42)
+    sending = half_task(client, halves)
+    for i in range(3):
+        sending.add(Row("t", f"h{i}".encode(), tags="x"))
+    sending.close()
+    assert [s.code for s in client.sent] == [RequestCode.SEND_MESSAGE_V2] * 3  # never a batch
+    for sent in client.sent:
+        assert int(str(sent.fields["f"])) & MSG_FLAG_TRANSACTION_PREPARED
+        properties = parse_properties(str(sent.fields["i"]))
+        assert (properties["TRAN_MSG"], properties["PGROUP"], properties["TAGS"]) == ("true", "g", "x")
+        assert properties[PROPERTY_ATTEMPT] == "query-1/7/run-1/42"
+    sent = halves.sent
+    assert [h.commit_log_offset for h in sent.halves()] == sent.half_offset == [0, 1, 2]  # the fake's offsets
+    assert [(q.broker_name, q.queue_id) for q in sent.queues()] == [("a", 0), ("a", 1), ("b", 0)]
+    assert sent.spans().spans == (HalfSpan("a", 0, 1, 2), HalfSpan("b", 2, 2, 1))
+
+
+def test_unordered_halves_of_one_queue_travel_together_and_ordered_ones_one_at_a_time() -> None:
+    client = FakeClient(many_per_queue=True)
+    sending = half_task(client, HalfLog("g", Transaction("q", 1, "r"), attempt=1))
+    for _ in range(8):
+        sending.add(Row("t", b"x", broker_name="a", queue_id=0))  # an explicit queue: ordered
+    assert client.most_on_one_queue == 1
+    for _ in range(8):
+        sending.add(Row("t", b"y"))
+    sending.close()
+    assert client.most_on_one_queue > 1 and sending.stored == 16
