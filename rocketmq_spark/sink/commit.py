@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 # Where a broker keeps halves until they are resolved (``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``), one queue.
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 HALF_QUEUE_ID = 0
+# ENDs one call_many keeps unanswered: a broker takes them into a pool of its own (the proxy,
+# whose window is smaller, is refused for exactly-once). Measured on a 2-core machine, 30,000
+# COMMITs from one process: 64 -> 3,600 a second, 256 -> 4,700 to 5,600, 1,024 -> 3,500.
+END_WINDOW = 256
 
 # One half to resolve: the half, its target queue, and whether that queue keeps order.
 Pending = tuple[Half, MessageQueue, bool]
@@ -152,7 +156,7 @@ class Committer:
                 (self._master(h.topic, h.broker_name), end_transaction(h, self.group, resolution, from_check=True))
                 for h in batch
             ]
-            failures += [o for o in self.client.call_many(addressed) if isinstance(o, RocketMQError)]
+            failures += [o for o in self.client.call_many(addressed, window=END_WINDOW) if isinstance(o, RocketMQError)]
             if failures:
                 break  # an ordered queue's next COMMIT waits for the one before it
         if failures:
