@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from integration.support import ClusterHandle, create_topic, max_offsets, produce, stream
+from integration.support import ClusterHandle, create_topic, eventually, max_offsets, produce, stream
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -33,17 +33,28 @@ pytestmark = pytest.mark.integration
 QUEUES = 4
 ROWS = 600
 CUT_ROWS = 90
+# How long the queues must hold still before they are read, and the longest wait for them to fill.
+QUIET_S = 1.0
+WAIT_S = 30.0
 # A refusal comes before any task runs: seconds, whatever the retry budgets.
 REFUSED_WITHIN_S = 30.0
 
 
-def java_bodies(rocketmq: ClusterHandle, topic: str) -> list[str]:
-    """Every message body of the topic, as RocketMQ's Java consumer reads it."""
-    stored = sum(max_offsets(rocketmq, topic).values())
+def java_bodies(rocketmq: ClusterHandle, topic: str, expected: int = 0) -> list[str]:
+    """Every message body of the topic, as RocketMQ's Java consumer reads it, once its queues hold
+    at least ``expected`` messages and stopped growing (a committed message enters its consume
+    queue a moment after the COMMIT's answer; a duplicate would enter with it)."""
+    eventually(lambda: stored_count(rocketmq, topic) >= expected, f"{topic} never held {expected} messages", WAIT_S)
+    time.sleep(QUIET_S)
+    stored = stored_count(rocketmq, topic)
     if stored == 0:
         return []
     messages = rocketmq.tool("consume", "--topic", topic, "--count", str(stored), "--print")
     return sorted(base64.b64decode(m["body"]).decode() for m in messages)
+
+
+def stored_count(rocketmq: ClusterHandle, topic: str) -> int:
+    return sum(max_offsets(rocketmq, topic).values())
 
 
 def halves_stored(rocketmq: ClusterHandle, topic: str) -> int:
@@ -84,13 +95,13 @@ def test_a_batch_write_is_seen_once_and_its_rerun_writes_nothing(
     df = spark.range(ROWS).selectExpr("cast(concat('row-', id) as binary) as body").repartition(3)
     expected = sorted(f"row-{i}" for i in range(ROWS))
     exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "nightly-1").save()
-    assert java_bodies(rocketmq, target) == expected
+    assert java_bodies(rocketmq, target, len(expected)) == expected
     # The job run again (a driver that died after the commit): the same writeId writes nothing.
     exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "nightly-1").save()
-    assert java_bodies(rocketmq, target) == expected
+    assert java_bodies(rocketmq, target, len(expected)) == expected
     # Another writeId is another write.
     exactly_once(df.limit(5).write.mode("append"), rocketmq, target, group, ledger).option("writeId", "n-2").save()
-    assert len(java_bodies(rocketmq, target)) == ROWS + 5
+    assert len(java_bodies(rocketmq, target, ROWS + 5)) == ROWS + 5
 
 
 def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart(
@@ -135,7 +146,7 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
     produce(rocketmq, origin, 200, "--body", "second-{i}", "--quiet")
     assert run() is None  # the failed batch again (new halves), then one of the new messages
     expected = sorted([f"FIRST-{i}" for i in range(300)] + [f"SECOND-{i}" for i in range(200)])
-    assert java_bodies(rocketmq, target) == expected
+    assert java_bodies(rocketmq, target, len(expected)) == expected
     # The driver died after the sink's commit and before Spark's commit log: Spark runs the last
     # batch again and commits it a second time; the sink finds it done and publishes nothing.
     commits = checkpoint / "commits"
@@ -145,7 +156,7 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
     before = halves_stored(rocketmq, target)
     assert run() is None
     assert halves_stored(rocketmq, target) > before, "the batch was not run again"
-    assert java_bodies(rocketmq, target) == expected
+    assert java_bodies(rocketmq, target, len(expected)) == expected
 
 
 def test_a_proxy_endpoint_and_a_missing_transaction_topic_are_refused_before_sending(
@@ -197,10 +208,10 @@ def test_a_decision_cut_off_in_the_middle_of_its_commits_is_finished_once(rocket
     )
     first = list(zip(written.halves.halves(), written.halves.queues(), written.halves.pinned))[: CUT_ROWS // 3]
     committer._end(first, Resolution.COMMIT)
-    assert len(java_bodies(rocketmq, target)) == CUT_ROWS // 3
+    assert len(java_bodies(rocketmq, target, CUT_ROWS // 3)) == CUT_ROWS // 3
     entries = Committer(options).recover()  # the next start, in a fresh committer
     assert not entries.pending()
-    assert java_bodies(rocketmq, target) == sorted(b.decode() for b in bodies)
+    assert java_bodies(rocketmq, target, CUT_ROWS) == sorted(b.decode() for b in bodies)
     # A second recovery finds the batch done and commits nothing more.
     Committer(options).recover()
-    assert len(java_bodies(rocketmq, target)) == CUT_ROWS
+    assert len(java_bodies(rocketmq, target, CUT_ROWS)) == CUT_ROWS
