@@ -35,7 +35,8 @@ from rocketmq_spark.sink.task import WrittenRows, write_task
 
 log = logging.getLogger(__name__)
 
-# Columns a half cannot carry: RocketMQ delivers a delayed or timed half at once when committed.
+# Columns a half cannot carry: transactional messages take no delay (RocketMQ's Java producer clears
+# the delay level of a message it sends in a transaction), so a delayed row would arrive at once.
 UNDELAYABLE = (col.DELAY_LEVEL, col.DELIVER_TIME)
 
 
