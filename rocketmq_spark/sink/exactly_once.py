@@ -35,8 +35,8 @@ from rocketmq_spark.sink.task import WrittenRows, write_task
 
 log = logging.getLogger(__name__)
 
-# Columns a half cannot carry: transactional messages take no delay (RocketMQ's Java producer clears
-# the delay level of a message it sends in a transaction), so a delayed row would arrive at once.
+# Columns a half cannot carry: RocketMQ's Java producer clears the delay level of a message it sends
+# in a transaction, and what a broker does with a delayed half is not measured.
 UNDELAYABLE = (col.DELAY_LEVEL, col.DELIVER_TIME)
 
 
