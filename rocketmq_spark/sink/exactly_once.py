@@ -7,8 +7,8 @@ properties, and the writer made at the query's (or write's) start carries the ru
 restarted driver's halves are told from those of the run before it.
 
 Refused before anything is sent: a 5.x proxy endpoint (its remoting port answers
-END_TRANSACTION and commits nothing), ``delayLevel`` and ``deliverTime`` columns (a half cannot
-be delayed), a transaction topic that does not exist.
+END_TRANSACTION and commits nothing), ``delayLevel`` and ``deliverTime`` columns (a transactional
+message takes no delay: RocketMQ's Java producer clears it), a transaction topic that does not exist.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def refuse_what_cannot_be_exactly_once(options: SinkOptions, names: Mapping[str,
         if column in names:
             raise ConfigurationError(
                 DELIVERY_GUARANTEE,
-                f"{EXACTLY_ONCE} cannot send column {names[column]}: half messages cannot be delayed or timed",
+                f"{EXACTLY_ONCE} cannot send column {names[column]}: a transactional message takes no delay "
+                "(RocketMQ's Java producer clears it too)",
                 f"Drop the {names[column]} column, or write at-least-once",
             )
     if shared_cluster(options.client).client.live_brokers() is None:

@@ -184,5 +184,7 @@ def test_exactly_once_options_out_of_place_name_themselves(raw: dict[str, str], 
 @pytest.mark.parametrize("column", ["delayLevel", "deliverTime"])
 def test_exactly_once_refuses_delayed_and_timed_rows_before_sending(column: str) -> None:
     options = parse_sink_options({**SERVER, "topic": "t", "deliveryGuarantee": "exactly-once", "producerGroup": "g"})
-    with pytest.raises(ConfigurationError, match=f"cannot send column {column}: half messages cannot be delayed"):
+    with pytest.raises(
+        ConfigurationError, match=f"cannot send column {column}: a transactional message takes no delay"
+    ):
         refuse_what_cannot_be_exactly_once(options, {BODY: "body", column: column})
