@@ -151,9 +151,13 @@ class Committer:
                 rounds.append([])
             rounds[index].append(half)
         failures: list[RocketMQError] = []
+        masters: dict[tuple[str, str], str] = {}  # asked once per broker, not once per half
         for batch in rounds:
+            for h in batch:
+                if (h.topic, h.broker_name) not in masters:
+                    masters[(h.topic, h.broker_name)] = self._master(h.topic, h.broker_name)
             addressed = [
-                (self._master(h.topic, h.broker_name), end_transaction(h, self.group, resolution, from_check=True))
+                (masters[(h.topic, h.broker_name)], end_transaction(h, self.group, resolution, from_check=True))
                 for h in batch
             ]
             failures += [o for o in self.client.call_many(addressed, window=END_WINDOW) if isinstance(o, RocketMQError)]
