@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -203,15 +203,16 @@ def test_a_half_stays_committable_across_a_broker_restart(broker: ClusterHandle,
     half = producer.send_half(b"restarted")
     cluster.kill(BROKER_A)
     cluster.restart(BROKER_A)
-    eventually(lambda: _answers(producer), "the restarted broker never answered", WAIT_S)
+    eventually(lambda: _succeeds(producer.visible), "the restarted broker never answered", WAIT_S)
     assert producer.visible() == 0, "a half must not be delivered by a restart"
     producer.end(half, Resolution.COMMIT, from_check=True)
     assert settles_at(producer, 1) == 1
 
 
-def _answers(producer: Producer) -> bool:
+def _succeeds(request: Callable[[], object]) -> bool:
+    """Whether ``request`` is answered now (a restarted broker, a topic the proxy routes)."""
     try:
-        producer.visible()
+        request()
     except RocketMQError:
         return False
     return True
@@ -231,7 +232,7 @@ def test_through_a_proxy_a_commit_is_answered_and_does_nothing(rocketmq: Cluster
         assert broker_address is not None
         create_topic_on_broker(direct, broker_address, topic, 1, BROKER_A, TRANSACTION_TYPE)
         queue = MessageQueue(topic, BROKER_A, 0)
-        eventually(lambda: _routed(proxy, topic), f"the proxy never routed {topic}", WAIT_S)
+        eventually(lambda: _succeeds(lambda: proxy.topic_route(topic)), f"the proxy never routed {topic}", WAIT_S)
         msg_id = UniqueIds(os.urandom(4)).next()
         properties = {**message_properties(tags=None, keys=None, unique_id=msg_id), **half_properties(group)}
         sent = proxy.call(
@@ -255,11 +256,3 @@ def test_through_a_proxy_a_commit_is_answered_and_does_nothing(rocketmq: Cluster
             "the half the proxy forwarded was not committable at its broker",
             WAIT_S,
         )
-
-
-def _routed(client: RocketMQClient, topic: str) -> bool:
-    try:
-        client.topic_route(topic)
-    except RocketMQError:
-        return False
-    return True
