@@ -78,7 +78,7 @@ class OffsetQuestions(Protocol):
 
     def broker_addresses(self) -> set[str]: ...
 
-    def without_master(self) -> frozenset[str]: ...
+    def read_from_slaves(self) -> frozenset[str]: ...
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap: ...
 
@@ -234,7 +234,7 @@ class FakeOffsets(OffsetQuestions):
     def broker_addresses(self) -> set[str]:
         return {ADDRESS[q.broker_name] for q in self.routed()}
 
-    def without_master(self) -> frozenset[str]:
+    def read_from_slaves(self) -> frozenset[str]:
         return frozenset(self.slave_read)
 
     def min_offsets(self, queues: Iterable[MessageQueue]) -> OffsetMap:

@@ -51,8 +51,8 @@ class Absences:
         brokers = frozenset(q.broker_name for q in behind)
         if brokers - self._behind:
             log.warning(
-                "brokers %s have no master now and their slaves have not copied all this query has read; "
-                "their queues wait for the master's return or the slaves' catching up",
+                "brokers %s have no master that answers now and their slaves have not copied all this query "
+                "has read; their queues wait for a master or the slaves' catching up",
                 sorted(brokers - self._behind),
             )
         self._behind = brokers

@@ -82,7 +82,7 @@ class Failovers:
         }
         # A slave that answers while its broker name has no master may lack the old master's last
         # messages: its facts would hide where a new master's own begin, so they are not kept.
-        slaves = self._offsets.without_master()
+        slaves = self._offsets.read_from_slaves()
         self._stamps = {
             **self._stamps,
             **{q: fact for q, fact in self._offsets.last_stored.items() if q.broker_name not in slaves},

@@ -122,9 +122,9 @@ class OffsetReader:
     def broker_addresses(self) -> set[str]:
         return self.routes.broker_addresses()
 
-    def without_master(self) -> frozenset[str]:
-        """Broker names read from a slave now, as no master is listed."""
-        return self.routes.without_master()
+    def read_from_slaves(self) -> frozenset[str]:
+        """Broker names read from a slave now: no master is listed, or the one listed is passed over."""
+        return self.routes.read_from_slaves()
 
     def take_new_masters_for_commits(self) -> frozenset[str]:
         """Brokers reached at a new address or over a new connection since the last call (each
@@ -197,7 +197,7 @@ class OffsetReader:
         found: dict[MessageQueue, QueueOffsets] = {}
         unanswered: dict[str, RocketMQError] = {}
         asked = {broker: a for _, broker, a in stats_of}
-        from_slaves = self.without_master()
+        from_slaves = self.read_from_slaves()
         for (_, broker, a), outcome in zip(stats_of, outcomes):
             if isinstance(outcome, ProtocolError) or (
                 isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
@@ -264,7 +264,7 @@ class OffsetReader:
         answers a max offset of 0. A read that cannot hold them (a batch) waits for a master or a
         slave that caught up, under the retry policy, then fails naming the broker and the
         replicas tried; it never plans them as empty."""
-        from_slaves = self.without_master()
+        from_slaves = self.read_from_slaves()
         waiting = [
             q
             for q in unknown

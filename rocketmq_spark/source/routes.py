@@ -166,9 +166,12 @@ class QueueRoutes:
             if q.broker_name in self._masters and q.broker_name not in self._held
         }
 
-    def without_master(self) -> frozenset[str]:
-        """Broker names the last routes list with no master: their queues are read from a slave."""
-        return frozenset(q.broker_name for q in self._addresses if q.broker_name not in self._masters)
+    def read_from_slaves(self) -> frozenset[str]:
+        """Broker names whose queues the last routes have asked at a slave: none is listed as
+        master, or the master listed failed and is passed over (a route from before its death).
+        A slave may lack the master's last messages, so its answers never count as a queue gone
+        back, and it is the new master, once listed, that a failover's loss is told against."""
+        return frozenset(q.broker_name for q, a in self._addresses.items() if self._masters.get(q.broker_name) != a)
 
     def broker_addresses(self) -> set[str]:
         """The masters of the last routes (a broker each, or a proxy): safe to ask from another

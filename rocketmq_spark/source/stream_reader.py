@@ -225,9 +225,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lost (``restarted``: what a restarted driver found below the checkpoint's end)."""
         # Min offsets only where data can have been lost: a queue whose start is its end has
         # nothing in between (min <= max = start). Most brokers gave them with the max anyway.
-        # A slave serving while no master is listed may not have copied all the stream has read:
-        # its queues wait for the master or for the slave to catch up, never count as gone back.
-        slave_read = self.offsets.without_master()
+        # A slave serving while no master is listed, or while the one listed is passed over (it
+        # died, and the route is from before), may not have copied all the stream has read: its
+        # queues wait for a master or for the slave to catch up, never count as gone back.
+        slave_read = self.offsets.read_from_slaves()
         behind = frozenset(q for q, o in latest.items() if q.broker_name in slave_read and o < begins.get(q, o))
         latest = {q: o for q, o in latest.items() if q not in behind}
         # A new master's queue shorter than the stream's start is asked again before it counts as lost.

@@ -12,7 +12,7 @@ from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError, TopicNotFoundError
 from rocketmq_spark.remoting.replicas import MIN_ROUTE_REFRESH_S, ROUTE_REFRESH_S, Replicas
 from rocketmq_spark.remoting.retry import Retry
-from rocketmq_spark.remoting.route import TopicRoute
+from rocketmq_spark.remoting.route import BrokerData, TopicRoute
 from rocketmq_spark.source.routes import QueueRoutes, UnroutedQueueError
 from tests.fakes import FakeBrokers
 from tests.support import TOPICS, ManualClock
@@ -152,3 +152,29 @@ def test_a_running_query_waits_for_a_name_server_that_forgot_its_topics() -> Non
 
     policy = Retry(budget_s=BUDGET_S, sleep=registered_again, clock=clock)
     assert policy.call(lambda: routes.address(queue), "offsets") == brokers.address(queue.broker_name)
+
+
+class WithSlaves(FakeBrokers):
+    """Each broker name with a master (brokerId 0) and a slave (brokerId 1) at its own address."""
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        route = super().topic_route(topic)
+        brokers = {
+            name: BrokerData(name, {0: b.master_address or "", 1: f"slave-of-{name}:10911"})
+            for name, b in route.brokers.items()
+        }
+        return TopicRoute(topic, route.queue_datas, brokers)
+
+
+def test_a_master_passed_over_sends_its_queues_to_the_slave_and_says_so() -> None:
+    """A master that failed is passed over while the route from before its death still lists it:
+    its queues' offsets are asked at the slave, which may lack the master's last messages, so
+    the broker name counts as read from a slave (its shorter queues wait; they are not a queue
+    gone back, nor a failover's loss told against the slave)."""
+    brokers, clock = WithSlaves(2), ManualClock()
+    routes = queue_routes(brokers, clock)
+    assert routes.read_from_slaves() == frozenset()
+    routes.changed(failed=[brokers.address(AWAY)])
+    queues = routes.queues(suspect=True)
+    assert {a for q, a in queues.items() if q.broker_name == AWAY} == {f"slave-of-{AWAY}:10911"}
+    assert routes.read_from_slaves() == frozenset({AWAY})
