@@ -16,6 +16,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from integration.support import ClusterHandle, create_topic, eventually, max_offsets, produce, stream
+from integration.tests.test_sink import expected_queue
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -23,6 +24,7 @@ from rocketmq_spark.remoting.transactions import Resolution
 from rocketmq_spark.sink.commit import HALF_QUEUE_ID, HALF_TOPIC, Committer
 from rocketmq_spark.sink.decision_record import record_key
 from rocketmq_spark.sink.decisions import Event, Plan, State, decide
+from rocketmq_spark.sink.fence import GroupInUseError
 from rocketmq_spark.sink.halves import HalfLog, Transaction
 from rocketmq_spark.sink.ledger import Entries
 from rocketmq_spark.sink.options import parse_sink_options
@@ -33,6 +35,9 @@ pytestmark = pytest.mark.integration
 QUEUES = 4
 ROWS = 600
 CUT_ROWS = 90
+ORDER_ROWS = 400
+ORDER_BATCHES = 4
+ORDER_KEYS = 6
 # How long the queues must hold still before they are read, and the longest wait for them to fill.
 QUIET_S = 1.0
 WAIT_S = 30.0
@@ -160,7 +165,7 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
 
 
 def test_a_proxy_endpoint_and_a_missing_transaction_topic_are_refused_before_sending(
-    spark: Any, rocketmq: ClusterHandle, unique: Any
+    spark: Any, rocketmq: ClusterHandle, unique: Any, tmp_path: Path
 ) -> None:
     (target,) = topics(rocketmq, unique, "eo-refused")
     group, missing = unique("eo-refused-group"), unique("eo-no-such-ledger")
@@ -175,7 +180,20 @@ def test_a_proxy_endpoint_and_a_missing_transaction_topic_are_refused_before_sen
     without_ledger = exactly_once(df.write.mode("append"), rocketmq, target, group, missing)
     with pytest.raises(Exception, match=f"(?s)topic {missing} does not exist.*mqadmin updateTopic .* -t {missing}"):
         without_ledger.save()
-    assert time.monotonic() - began < REFUSED_WITHIN_S
+    halves = halves_stored(rocketmq, target)
+    rows = spark.readStream.format("rate").load().selectExpr("cast(value as string) as body")
+    query = (
+        exactly_once(rows.writeStream, rocketmq, target, group, missing)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(StreamingQueryException, match=f"topic {missing} does not exist"):
+            query.awaitTermination(REFUSED_WITHIN_S)
+    finally:
+        query.stop()
+    assert time.monotonic() - began < 2 * REFUSED_WITHIN_S
+    assert halves_stored(rocketmq, target) == halves, "a stream without its transaction topic sent halves"
     assert java_bodies(rocketmq, target) == []
 
 
@@ -199,7 +217,7 @@ def test_a_decision_cut_off_in_the_middle_of_its_commits_is_finished_once(rocket
     halves = HalfLog(group, transaction, attempt=1)
     written = write_task(options, {"body": "body"}, iter([pa.record_batch({"body": pa.array(bodies)})]), halves)
     assert written.halves is not None and len(written.halves) == CUT_ROWS
-    committer = Committer(options)
+    committer = Committer(options, transaction.query)
     plan = decide(State.UNDECIDED, Event.COMMIT)
     # The decision, then COMMITs of the first third only: the driver dies there.
     cut = Plan(plan.steps[:1], plan.says)
@@ -209,9 +227,97 @@ def test_a_decision_cut_off_in_the_middle_of_its_commits_is_finished_once(rocket
     first = list(zip(written.halves.halves(), written.halves.queues(), written.halves.pinned))[: CUT_ROWS // 3]
     committer._end(first, Resolution.COMMIT)
     assert len(java_bodies(rocketmq, target, CUT_ROWS // 3)) == CUT_ROWS // 3
-    entries = Committer(options).recover()  # the next start, in a fresh committer
+    entries = Committer(options, transaction.query).recover()  # the next start, in a fresh committer
     assert not entries.pending()
     assert java_bodies(rocketmq, target, CUT_ROWS) == sorted(b.decode() for b in bodies)
     # A second recovery finds the batch done and commits nothing more.
-    Committer(options).recover()
+    Committer(options, transaction.query).recover()
     assert len(java_bodies(rocketmq, target, CUT_ROWS)) == CUT_ROWS
+
+
+def test_a_second_writer_of_one_producer_group_is_refused_naming_it(rocketmq: ClusterHandle, unique: Any) -> None:
+    """Two writers of one producer group at once would each finish the group's leftovers: the
+    broker's lock on the group's transaction queue lets one resolve halves at a time. A second
+    query's commit is refused naming the group and sends nothing visible (its own halves rolled
+    back); the first one's restart holds the lock again at once; once it lets go, the second
+    commits. Run without Spark: the driver's steps, against the real brokers."""
+    target, ledger = topics(rocketmq, unique, "eo-fence", "eo-fence-ledger")
+    group = unique("eo-fence-group")
+    options = parse_sink_options(
+        {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": group,
+            "transactionTopic": ledger,
+        }
+    )
+    first, second = Transaction(unique("query-a"), 0, "run-a"), Transaction(unique("query-b"), 0, "run-b")
+    holding = Committer(options, first.query)
+    assert holding.fence.take(0), "the lock of a group nobody writes is taken at once"
+    bodies = [f"fence-{i}".encode() for i in range(CUT_ROWS)]
+    written = write_task(
+        options, {"body": "body"}, iter([pa.record_batch({"body": pa.array(bodies)})]), HalfLog(group, second, 1)
+    )
+    assert written.halves is not None
+    refused = Committer(options, second.query, lock_wait_s=3.0)
+    started = time.monotonic()
+    with pytest.raises(GroupInUseError, match=f"producer group '{group}' is in use") as caught:
+        refused.commit(second, [written.halves])
+    assert time.monotonic() - started < REFUSED_WITHIN_S
+    assert "producerGroup" in str(caught.value)
+    aborted = Committer(options, second.query).abort(second, [written.halves])  # what Spark does next
+    assert "rolled back" in aborted.says, aborted.says
+    assert Committer(options, first.query).fence.take(0), "the first query's restart holds its lock again"
+    holding.release()
+    retried = Transaction(second.query, 1, "run-b")
+    again = HalfLog(group, retried, 2)
+    rewritten = write_task(options, {"body": "body"}, iter([pa.record_batch({"body": pa.array(bodies)})]), again)
+    assert rewritten.halves is not None
+    plan = Committer(options, second.query, lock_wait_s=3.0).commit(retried, [rewritten.halves])
+    assert "committed once" in plan.says, plan.says
+    assert java_bodies(rocketmq, target, CUT_ROWS) == sorted(b.decode() for b in bodies)
+
+
+def test_sharding_key_rows_keep_their_order_across_batches_on_java_s_hash_queue(
+    spark: Any, rocketmq: ClusterHandle, unique: Any, tmp_path: Path
+) -> None:
+    """Rows of one shardingKey go to the queue Java's SelectMessageQueueByHash picks, and a queue
+    offset is given when a half is committed: each queue's COMMITs go one at a time, in the rows'
+    order, batch after batch. One source queue, so one task per batch sends the rows in order."""
+    origin, target, ledger = topics(rocketmq, unique, "eo-order-in", "eo-order-out", "eo-order-ledger")
+    group, producers = unique("eo-order-group"), unique("eo-order-producer")
+    produce(rocketmq, origin, ORDER_ROWS, "--body", "seq-{i}", "--quiet", broker="broker-a", queue=0)
+    df = stream(
+        spark,
+        rocketmq,
+        origin,
+        group,
+        consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
+        maxMessagesPerTrigger=str(ORDER_ROWS // ORDER_BATCHES),
+    ).selectExpr(
+        "body",
+        f"concat('order-', cast(split(cast(body as string), '-')[1] as int) % {ORDER_KEYS}) as shardingKey",
+    )
+    query = (
+        exactly_once(df.writeStream, rocketmq, target, producers, ledger)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(300), "the stream did not finish"
+    finally:
+        query.stop()
+    assert len(query.recentProgress) >= ORDER_BATCHES, "the rows were not spread over several batches"
+    java_bodies(rocketmq, target, ORDER_ROWS)  # until every COMMIT entered its queue
+    messages = rocketmq.tool("consume", "--topic", target, "--count", str(ORDER_ROWS), "--print")
+    assert len(messages) == ORDER_ROWS
+    by_key: dict[int, list[tuple[str, int, int, int]]] = {}
+    for m in messages:
+        seq = int(base64.b64decode(m["body"]).decode().split("-")[1])
+        by_key.setdefault(seq % ORDER_KEYS, []).append((m["broker"], m["queueId"], m["queueOffset"], seq))
+    for key, stored in by_key.items():
+        assert {(b, q) for b, q, _, _ in stored} == {expected_queue(f"order-{key}")}, f"order-{key} left its queue"
+        in_queue_order = [seq for _, _, _, seq in sorted(stored)]
+        assert in_queue_order == sorted(in_queue_order), f"order-{key} is out of order: {in_queue_order}"

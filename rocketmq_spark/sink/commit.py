@@ -25,6 +25,7 @@ from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.transactions import Half, Resolution, commit_log_offset, end_transaction
 from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision, record_key
 from rocketmq_spark.sink.decisions import Event, Plan, State, Step, decide
+from rocketmq_spark.sink.fence import LOCK_WAIT_S, Fence
 from rocketmq_spark.sink.halves import SentHalves, Transaction
 from rocketmq_spark.sink.ledger import Entries, Ledger
 from rocketmq_spark.sink.options import SinkOptions
@@ -51,7 +52,12 @@ class CommitFailedError(RocketMQError):
 class Committer:
     """Runs the plans of one producer group's batches on the driver."""
 
-    def __init__(self, options: SinkOptions, retry: Retry | None = None) -> None:
+    def __init__(
+        self, options: SinkOptions, holder: str, retry: Retry | None = None, lock_wait_s: float = LOCK_WAIT_S
+    ) -> None:
+        """``holder``: the writer's id (a query's id, a batch write's ``writeId`` or run), which
+        holds the group's lock (``fence``) across the writer's restarts; ``lock_wait_s``: how long
+        a commit waits for another holder's lock to lapse before it is refused."""
         assert options.exactly_once is not None
         cluster = shared_cluster(options.client)
         self.client, self.replicas = cluster.client, cluster.replicas
@@ -61,10 +67,13 @@ class Committer:
         self.ledger = Ledger(
             self.client, self.replicas, self.retry, options.exactly_once.transaction_topic, self.group, self.timeout_s
         )
+        self.fence = Fence(self.ledger, holder)
+        self.lock_wait_s = lock_wait_s
 
     def recover(self, whole: bool = False) -> Entries:
         """Finish every batch an earlier run decided and did not finish; the records after
         (``whole``: all the group's records the topic holds, not only those since it settled)."""
+        self.fence.take(self.lock_wait_s)
         entries = self.ledger.read(whole)
         for decision in entries.pending():
             self._run(decide(State.DECIDED, Event.RECOVER), decision.key, (), entries, None)
@@ -82,6 +91,15 @@ class Committer:
 
     def _event(self, event: Event, transaction: Transaction, sent: Sequence[SentHalves]) -> Plan:
         key = record_key(self.group, transaction.query, transaction.batch)
+        if not self.fence.take(0 if event is Event.ABORT else self.lock_wait_s):
+            # An abort does not wait: this run's halves no decision names are rolled back, and
+            # anything else is left to whoever holds the lock, or the group's next start.
+            entries = self.ledger.read()
+            state = entries.state(key)
+            plan = decide(state, event) if state is State.UNDECIDED else Plan((), "left to the group's next start")
+            log.warning("batch %s %s without the group's lock (another writer holds it): %s", key, event.value, plan.says)
+            self._run(plan, key, sent, entries, transaction)
+            return plan
         entries = self.ledger.read()
         for decision in entries.pending():  # an earlier batch an earlier run left
             if decision.key != key:
@@ -94,6 +112,10 @@ class Committer:
         if plan.does(Step.RECORD_DONE):
             self.ledger.settle(self.ledger.read())
         return plan
+
+    def release(self) -> None:
+        """Let the group's lock go: a batch write is over."""
+        self.fence.release()
 
     def _run(
         self, plan: Plan, key: str, sent: Sequence[SentHalves], entries: Entries, transaction: Transaction | None
@@ -153,6 +175,7 @@ class Committer:
         failures: list[RocketMQError] = []
         masters: dict[tuple[str, str], str] = {}  # asked once per broker, not once per half
         for batch in rounds:
+            self.fence.renew()
             for h in batch:
                 if (h.topic, h.broker_name) not in masters:
                     masters[(h.topic, h.broker_name)] = self._master(h.topic, h.broker_name)

@@ -76,7 +76,10 @@ class ExactlyOnceStreamWriter(StreamWriterBase):
         self.options = options
         self.names = names
         self.run = uuid.uuid4().hex
-        Committer(options).recover()
+        # What an earlier run left is finished by this query's first commit, under the group's
+        # lock, which its query id holds: Spark tells the writer that id only through the tasks.
+        # Its transaction topic is checked now, before any task sends.
+        Committer(options, self.run).ledger.place()
 
     def write(self, iterator: Iterator[Any]) -> WrittenRows:
         transaction = Transaction.of_task(self.run, None)
@@ -87,13 +90,13 @@ class ExactlyOnceStreamWriter(StreamWriterBase):
         sent = _sent(messages)
         if not sent:
             return
-        plan = Committer(self.options).commit(sent[0].transaction, sent)
+        plan = Committer(self.options, sent[0].transaction.query).commit(sent[0].transaction, sent)
         log.info("micro-batch %d: %s (%d row(s))", batchId, plan.says, sum(len(s) for s in sent))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = _sent(messages)
         if sent:
-            plan = Committer(self.options).abort(sent[0].transaction, sent)
+            plan = Committer(self.options, sent[0].transaction.query).abort(sent[0].transaction, sent)
             log.warning("micro-batch %d aborted: %s", batchId, plan.says)
 
 
@@ -108,7 +111,9 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
         self.names = names
         self.run = uuid.uuid4().hex
         self.write_id = options.exactly_once.write_id or self.run
-        entries = Committer(options).recover(whole=options.exactly_once.write_id is not None)
+        committer = Committer(options, self.write_id)
+        entries = committer.recover(whole=options.exactly_once.write_id is not None)
+        committer.release()  # the tasks may run for longer than the lock lives: taken again to commit
         plan = decide(entries.state(record_key(options.producer_group, self.write_id, 0)), Event.START_WRITE)
         self.skip = plan.does(Step.SKIP_WRITE)
         if self.skip:
@@ -124,11 +129,19 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
-            plan = Committer(self.options).commit(sent[0].transaction, sent)
+            committer = Committer(self.options, self.write_id)
+            try:
+                plan = committer.commit(sent[0].transaction, sent)
+            finally:
+                committer.release()
             log.info("write %s: %s (%d row(s))", self.write_id, plan.says, sum(len(s) for s in sent))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
-            plan = Committer(self.options).abort(sent[0].transaction, sent)
+            committer = Committer(self.options, self.write_id)
+            try:
+                plan = committer.abort(sent[0].transaction, sent)
+            finally:
+                committer.release()
             log.warning("write %s aborted: %s", self.write_id, plan.says)

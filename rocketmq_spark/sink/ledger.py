@@ -24,6 +24,7 @@ from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, TopicNotFoundError
+from rocketmq_spark.remoting.locks import lock_queues, unlock_queues
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.sending import SendStatus, send_message
@@ -151,6 +152,15 @@ class Ledger:
             # source's commits introduce theirs.
             self._call(address, calls.pull(calls.PullSpec(queue, self.group), entries.end, 1))
             self._call(address, store)
+
+    def lock(self, holder: str) -> bool:
+        """Take or renew the broker's lock on the group's queue for ``holder``: whether it holds it."""
+        queue, address = self.place()
+        return queue in self._call(address, lock_queues(self.group, holder, [queue]))
+
+    def unlock(self, holder: str) -> None:
+        queue, address = self.place()
+        self._call(address, unlock_queues(self.group, holder, [queue]))
 
     def _write(self, key: str, tag: str, body: bytes) -> None:
         queue, address = self.place()
