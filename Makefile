@@ -21,7 +21,7 @@ PROXY_FLAG := $(if $(filter 4.%,$(ROCKETMQ_VERSION)),,--proxy)
 BIG_BENCH_ARGS ?=
 SINK_BENCH_ARGS ?=
 
-.PHONY: deps check format test package-test spark-lines docs-test unit integration compat faults double-failover demo bench dist cluster-start cluster-stop clean
+.PHONY: deps check format test package-test spark-lines docs-test unit integration compat faults eo-faults double-failover demo bench dist cluster-start cluster-stop clean
 
 # The package is installed editable in setuptools' default mode. For this layout (setup.cfg names
 # the project root as the package directory) that mode writes a plain .pth file holding the root:
@@ -67,7 +67,7 @@ format: $(INSTALLED)
 # (below), which would take make test from about 15 minutes to over 30 on two cores.
 test: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs and not double_failover" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest -m "not package and not spark_lines and not faults and not docs and not double_failover and not eo_faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The distributions as a user gets them: sdist and wheel built and checked with twine, and the
 # wheel with its connect extra serving a stream through Spark Connect, in a fresh virtualenv on
@@ -104,7 +104,7 @@ unit: $(INSTALLED)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 integration: $(INSTALLED) $(RMQ_CLASSPATH)
-	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs and not double_failover" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs and not double_failover and not eo_faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset of the source and the sink against one release (test_versions.py,
 # test_sink_versions.py), e.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on 5.x, where
@@ -131,6 +131,12 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 double-failover: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m double_failover -rP $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+
+# The exactly-once sink's driver killed at each moment of a commit (about 2.5 minutes: a Spark
+# process per kill), in the other lane, where there is room.
+eo-faults: $(INSTALLED) $(RMQ_CLASSPATH)
+	$(PY) -m integration.cluster stop
+	$(PY) -m pytest -m eo_faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,7 +215,8 @@ class Driver:
     """A ``sparkjobs.py drive`` process run by a virtualenv's interpreter: each ``call`` is one
     request, answered in order by the same classic Spark session."""
 
-    def __init__(self, python: str, workdir: Path) -> None:
+    def __init__(self, python: str, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+        """``env``: variables added to the process's environment (a fault test's pause point)."""
         self.inbox = workdir / "inbox"
         self.inbox.mkdir(parents=True)
         self.log = workdir / "drive.log"
@@ -227,7 +228,7 @@ class Driver:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=workdir,
-                env=job_env(),
+                env={**job_env(), **(env or {})},
                 start_new_session=True,
             )
 
@@ -242,16 +243,33 @@ class Driver:
             )
         return answer["result"]
 
-    def _ask(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, op: str, **args: Any) -> int:
+        """Send one request and return at once: its number, for ``answer``."""
         number, self.sent = self.sent, self.sent + 1
         write_whole(self.inbox / f"{number}{REQUEST_SUFFIX}", json.dumps({"op": op, "args": args}))
+        return number
+
+    def answered(self, number: int) -> bool:
+        return (self.inbox / f"{number}{ANSWER_SUFFIX}").exists()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the Python driver, its JVM and its Python workers."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def _ask(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return self.answer(self.submit(op, **args))
+
+    def answer(self, number: int) -> dict[str, Any]:
+        """The answer to request ``number`` (its result or Spark's error), once written."""
         path = self.inbox / f"{number}{ANSWER_SUFFIX}"
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         while not path.exists():
             if self.process.poll() is not None:
                 raise LineError(f"the Spark process exited ({self.process.returncode}):\n{self.output()}")
             if time.monotonic() > deadline:
-                raise LineError(f"no answer to {op} in {ANSWER_TIMEOUT_S:.0f}s:\n{self.output()}")
+                raise LineError(f"no answer to request {number} in {ANSWER_TIMEOUT_S:.0f}s:\n{self.output()}")
             time.sleep(POLL_S)
         answer: dict[str, Any] = json.loads(path.read_text())
         return answer
@@ -271,5 +289,4 @@ class Driver:
             try:
                 self.process.wait(END_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+                self.kill()

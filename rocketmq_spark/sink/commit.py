@@ -23,6 +23,7 @@ from rocketmq_spark.remoting.cluster import shared_cluster
 from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.transactions import Half, Resolution, commit_log_offset, end_transaction
+from rocketmq_spark.sink.crash_points import Point, reached
 from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision, record_key
 from rocketmq_spark.sink.decisions import Event, Plan, State, Step, decide
 from rocketmq_spark.sink.fence import LOCK_WAIT_S, Fence
@@ -127,6 +128,7 @@ class Committer:
                 decision = self._decision(transaction, sent)
                 self.ledger.decide(decision)
                 entries.decisions[key] = decision
+                reached(Point.DECIDED)
             elif step is Step.COMMIT_OWN:
                 self._end(own, Resolution.COMMIT)
             elif step is Step.FINISH:
@@ -134,6 +136,7 @@ class Committer:
             elif step is Step.RECORD_DONE:
                 self.ledger.done(key)
                 entries.done.add(key)
+                reached(Point.DONE)
             elif step is Step.ROLLBACK_OWN:
                 try:
                     self._end(own, Resolution.ROLLBACK)

@@ -19,6 +19,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.records.outgoing import encode_properties, properties_bytes
 from rocketmq_spark.remoting.sending import SendResult
 from rocketmq_spark.remoting.transactions import Half, half_properties, stored_half
+from rocketmq_spark.sink.crash_points import Point, reached
 from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, TaskHalves, attempt_mark
 
 # Spark's local properties of a streaming query's tasks: its checkpointed id and the batch id.
@@ -118,3 +119,5 @@ class HalfLog:
         sent.half_offset.append(half.half_offset)
         sent.msg_ids.append(msg_id)
         sent.pinned.append(pinned)
+        if len(sent.msg_ids) == 1:
+            reached(Point.SENDING)

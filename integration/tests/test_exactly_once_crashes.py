@@ -1,0 +1,112 @@
+"""The exactly-once sink's driver SIGKILLed at each moment of its protocol, and the query
+restarted on its checkpoint each time: what RocketMQ's Java consumer finds at the end is each
+source message once. Each kill lands at its moment, not near it: the process is started with the
+moment named in its environment (``sink/crash_points.py``), stops there, and says so in a file
+the test waits for; the test then checks on the brokers and in the checkpoint that the moment
+was the one meant.
+
+One Spark process per run (``sparkjobs.py drive``), killed with its whole process group (the
+Python driver, its JVM and its Python workers), as a crashed host would leave it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.lines import Driver
+from integration.support import ClusterHandle, produce
+from integration.tests.test_exactly_once import halves_stored, java_bodies, stored_count, topics
+from rocketmq_spark.sink.commit import Committer
+from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, Point
+from rocketmq_spark.sink.decisions import State
+from rocketmq_spark.sink.options import parse_sink_options
+
+pytestmark = [pytest.mark.integration, pytest.mark.eo_faults]
+
+ROWS = 400
+# From a run's start to its pause: a Spark start, the plan and the tasks' sends.
+PAUSE_WITHIN_S = 180.0
+RUN_TIMEOUT_S = 240.0
+
+
+def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each_row_once(
+    rocketmq: ClusterHandle, unique: Any, tmp_path: Path
+) -> None:
+    """(a) while tasks send, (b) after the decision and before any COMMIT, (c) after the sink's
+    commit and before Spark's commit log; then a run to the end. Every run replays batch 0: the
+    offsets log has it and the commit log does not."""
+    origin, target, ledger = topics(rocketmq, unique, "eo-kill-in", "eo-kill-out", "eo-kill-ledger")
+    group, producers = unique("eo-kill-group"), unique("eo-kill-producer")
+    sink = {
+        "nameServer": rocketmq.namesrv_addr,
+        "topic": target,
+        "deliveryGuarantee": "exactly-once",
+        "producerGroup": producers,
+        "transactionTopic": ledger,
+    }
+    source = {
+        "nameServer": rocketmq.namesrv_addr,
+        "topic": origin,
+        "consumerGroup": group,
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+    }
+    checkpoint = tmp_path / "checkpoint"
+    produce(rocketmq, origin, ROWS, "--body", "row-{i}", "--quiet")
+    copy = {
+        "source": source,
+        "sink": sink,
+        "checkpoint": str(checkpoint),
+        "columns": ["body"],
+        "timeout_s": RUN_TIMEOUT_S,
+    }
+    records = Committer(parse_sink_options(sink), "test").ledger
+
+    def batch_zero() -> State:
+        entries = records.read(whole=True)
+        keys = [k for k in entries.decisions if k.endswith("/0")]
+        return entries.state(keys[0]) if keys else State.UNDECIDED
+
+    for point in (Point.SENDING, Point.DECIDED, Point.DONE):
+        paused = tmp_path / f"paused-{point.value}"
+        halves_before = halves_stored(rocketmq, target)
+        driver = Driver(
+            sys.executable, tmp_path / f"run-{point.value}", {PAUSE_AT_ENV: point.value, PAUSED_FILE_ENV: str(paused)}
+        )
+        try:
+            number = driver.submit("copy_available_now", **copy)
+            deadline = time.monotonic() + PAUSE_WITHIN_S
+            while not paused.exists():
+                assert not driver.answered(number), f"the run ended before '{point.value}':\n{driver.notices()}"
+                assert driver.process.poll() is None, f"the run died before '{point.value}':\n{driver.notices()}"
+                assert time.monotonic() < deadline, f"no pause at '{point.value}':\n{driver.notices()}"
+                time.sleep(0.2)
+        finally:
+            driver.kill()
+        commits = (
+            sorted(p.name for p in (checkpoint / "commits").glob("[0-9]*")) if (checkpoint / "commits").exists() else []
+        )
+        assert commits == [], f"Spark committed batches {commits}: the kill at '{point.value}' came too late"
+        state = batch_zero()
+        stored = stored_count(rocketmq, target)
+        print(f"killed at '{point.value}': batch 0 {state.value}, {stored} message(s) in the target")
+        if point is Point.SENDING:
+            assert state is State.UNDECIDED and halves_stored(rocketmq, target) > halves_before
+            assert stored == 0
+        elif point is Point.DECIDED:
+            assert state is State.DECIDED and stored == 0
+        else:
+            assert state is State.DONE
+    driver = Driver(sys.executable, tmp_path / "run-end")
+    try:
+        answer = driver.answer(driver.submit("copy_available_now", **copy))
+        assert "error" not in answer, f"the last run failed: {answer}\n{driver.notices()}"
+    finally:
+        driver.end()
+    assert (checkpoint / "commits" / "0").exists(), "the last run did not commit batch 0"
+    expected = sorted(f"row-{i}" for i in range(ROWS))
+    assert java_bodies(rocketmq, target, ROWS) == expected
