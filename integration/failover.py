@@ -19,8 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from integration.cluster_config import ClusterConfig, shifted
+from integration.cluster_config import BROKER_NAMES, ClusterConfig, shifted
 from integration.replicated import ReplicatedCluster
+from integration.replicated_config import MASTER_ID
 from integration.support import ClusterHandle, produce, spark_offsets, stream
 from integration.versions import DEFAULT_VERSION
 
@@ -57,13 +58,27 @@ class Clusters:
         self._started = 0
 
     def get(
-        self, layout: str, version: str = DEFAULT_VERSION, slave_read: bool = False, unclean_election: bool = False
+        self,
+        layout: str,
+        version: str = DEFAULT_VERSION,
+        slave_read: bool = False,
+        unclean_election: bool = False,
+        async_master: bool = False,
     ) -> ReplicatedCluster:
+        """``async_master``: master-slave only, the master an ASYNC_MASTER (it acknowledges before
+        its slave has copied)."""
+        overrides = {f"{BROKER_NAMES[0]}-{MASTER_ID}": {"brokerRole": "ASYNC_MASTER"}} if async_master else {}
         cluster = self._current
         if cluster is not None:
             config = cluster.config
-            wanted = (layout, version, slave_read, unclean_election)
-            if (config.layout, config.version, config.slave_read, config.unclean_election) == wanted:
+            wanted = (layout, version, slave_read, unclean_election, overrides)
+            if (
+                config.layout,
+                config.version,
+                config.slave_read,
+                config.unclean_election,
+                config.broker_overrides,
+            ) == wanted:
                 for replica in cluster.replicas():
                     if not cluster.running(replica.name):
                         cluster.restart(replica.name)
@@ -80,6 +95,7 @@ class Clusters:
             slave_read=slave_read,
             timer_messages=False,
             unclean_election=unclean_election,
+            broker_overrides=overrides,
         )
         began = time.monotonic()
         self._current = ReplicatedCluster(config).start()

@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from integration.cluster_config import LAYOUT_MASTER_SLAVE
+from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
-from integration.support import ClusterHandle, produce
+from integration.support import ClusterHandle, create_topic, produce
 from integration.tests.test_exactly_once import halves_stored, java_bodies, stored_count, topics
 from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, Point
 from rocketmq_spark.sink.decisions import State
+from rocketmq_spark.sink.exactly_once import async_replicated
 from rocketmq_spark.sink.options import parse_sink_options
 
 pytestmark = [pytest.mark.integration, pytest.mark.eo_faults]
@@ -110,3 +114,30 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
     assert (checkpoint / "commits" / "0").exists(), "the last run did not commit batch 0"
     expected = sorted(f"row-{i}" for i in range(ROWS))
     assert java_bodies(rocketmq, target, ROWS) == expected
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    with cluster_pool(tmp_path_factory.mktemp("eo-replicated")) as pool:
+        yield pool
+
+
+def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
+    rocketmq: ClusterHandle, clusters: Clusters, unique: Any
+) -> None:
+    """A master that acknowledges before its slave copied (ASYNC_MASTER) may lose halves in a
+    failover: exactly-once names its broker before sending. The session's masters have no slave,
+    and lose nothing to a failover they cannot have: not named."""
+    cluster = clusters.get(LAYOUT_MASTER_SLAVE, async_master=True)
+    replicated = handle_of(cluster)
+    target, ledger = unique("eo-async"), unique("eo-async-ledger")
+    for topic in (target, ledger):
+        create_topic(replicated, topic, queues=2)
+    cluster.spread_topic(target)
+    cluster.spread_topic(ledger)
+    options = {"topic": target, "deliveryGuarantee": "exactly-once", "producerGroup": unique("eo-async-group")}
+    lossy = parse_sink_options({**options, "nameServer": replicated.namesrv_addr, "transactionTopic": ledger})
+    assert async_replicated(lossy) == ["broker-a"]
+    (local_target, local_ledger) = topics(rocketmq, unique, "eo-sync", "eo-sync-ledger")
+    alone = {**options, "topic": local_target, "nameServer": rocketmq.namesrv_addr, "transactionTopic": local_ledger}
+    assert async_replicated(parse_sink_options(alone)) == []

@@ -74,6 +74,19 @@ def done_call(code: RequestCode, fields: Mapping[str, object], body: bytes = b""
     return Call(code, fields, read, body)
 
 
+def broker_config() -> Call[dict[str, str]]:
+    """A broker's settings as it runs (GET_BROKER_CONFIG, what ``mqadmin getBrokerConfig`` shows):
+    a ``key=value`` line each."""
+    code = RequestCode.GET_BROKER_CONFIG
+
+    def read(response: RemotingCommand, address: str) -> dict[str, str]:
+        text = accepted(response, code, address).body.decode("utf-8", errors="replace")
+        pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+        return {key.strip(): value.strip() for key, value in pairs}
+
+    return Call(code, {}, read)
+
+
 # ----------------------------------------------------------------------- offsets
 
 

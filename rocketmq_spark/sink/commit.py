@@ -98,7 +98,9 @@ class Committer:
             entries = self.ledger.read()
             state = entries.state(key)
             plan = decide(state, event) if state is State.UNDECIDED else Plan((), "left to the group's next start")
-            log.warning("batch %s %s without the group's lock (another writer holds it): %s", key, event.value, plan.says)
+            log.warning(
+                "batch %s %s without the group's lock (another writer holds it): %s", key, event.value, plan.says
+            )
             self._run(plan, key, sent, entries, transaction)
             return plan
         entries = self.ledger.read()

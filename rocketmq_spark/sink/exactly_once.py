@@ -9,6 +9,7 @@ restarted driver's halves are told from those of the run before it.
 Refused before anything is sent: a 5.x proxy endpoint (its remoting port answers
 END_TRANSACTION and commits nothing), ``delayLevel`` and ``deliverTime`` columns (a transactional
 message takes no delay: RocketMQ's Java producer clears it), a transaction topic that does not exist.
+Warned of: masters that replicate asynchronously to their slaves.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from rocketmq_spark.config.cluster import NAME_SERVER
 from rocketmq_spark.config.errors import ConfigurationError
+from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.cluster import shared_cluster
+from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.sink import columns as col
 from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.decision_record import record_key
@@ -38,10 +41,15 @@ log = logging.getLogger(__name__)
 # Columns a half cannot carry: RocketMQ's Java producer clears the delay level of a message it sends
 # in a transaction, and what a broker does with a delayed half is not measured.
 UNDELAYABLE = (col.DELAY_LEVEL, col.DELIVER_TIME)
+# The broker settings that say how a master replicates (``BrokerRole``, ``MessageStoreConfig``).
+BROKER_ROLE = "brokerRole"
+ASYNC_MASTER = "ASYNC_MASTER"
+DLEDGER, CONTROLLER, ALL_ACK_IN_SYNC = "enableDLegerCommitLog", "enableControllerMode", "allAckInSyncStateSet"
 
 
 def refuse_what_cannot_be_exactly_once(options: SinkOptions, names: Mapping[str, str]) -> None:
-    """The checks made on the driver before any task sends."""
+    """The checks made on the driver before any task sends; asynchronous replication is warned of
+    (it loses only what a failover catches uncopied, as at-least-once writes and every producer do)."""
     for column in UNDELAYABLE:
         if column in names:
             raise ConfigurationError(
@@ -57,6 +65,43 @@ def refuse_what_cannot_be_exactly_once(options: SinkOptions, names: Mapping[str,
             "port answers END_TRANSACTION without committing",
             "Give the name server addresses (nameServer=host:9876)",
         )
+    lossy = async_replicated(options)
+    if lossy:
+        log.warning(
+            "%s on brokers %s, whose masters replicate asynchronously (brokerRole=ASYNC_MASTER): a failover there "
+            "may lose halves they acknowledged, and with them rows of a batch decided to commit. For exactly once "
+            "through a failover, run SYNC_MASTER, DLedger, or controller mode with allAckInSyncStateSet=true",
+            EXACTLY_ONCE,
+            ", ".join(lossy),
+        )
+
+
+def async_replicated(options: SinkOptions) -> list[str]:
+    """Broker names of the topic (and of the transaction topic) whose master copies to its slaves
+    after acknowledging (``brokerRole=ASYNC_MASTER``, neither DLedger nor controller mode): a
+    failover there may lose acknowledged halves, and with them rows of a decided batch. A broker
+    that does not say (an ACL that denies its config) is not named."""
+    assert options.exactly_once is not None
+    cluster = shared_cluster(options.client)
+    found: set[str] = set()
+    for topic in {t for t in (options.topic, options.exactly_once.transaction_topic) if t}:
+        try:
+            route = cluster.replicas.route(topic)
+        except RocketMQError:
+            continue  # an unknown topic is refused elsewhere, with its own words
+        for name, broker in route.brokers.items():
+            if name in found or broker.master_address is None or len(broker.addresses) < 2:
+                continue
+            try:
+                config = cluster.client.call(broker.master_address, calls.broker_config())
+            except RocketMQError as err:
+                log.debug("could not read %s's config (%s)", name, err)
+                continue
+            dledger = config.get(DLEDGER) == "true"
+            in_sync = config.get(CONTROLLER) == "true" and config.get(ALL_ACK_IN_SYNC) == "true"
+            if config.get(BROKER_ROLE) == ASYNC_MASTER and not (dledger or in_sync):
+                found.add(name)
+    return sorted(found)
 
 
 def _sent(messages: Sequence[WriterCommitMessage | None]) -> list[SentHalves]:
