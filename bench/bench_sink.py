@@ -6,8 +6,12 @@ times, interleaved, each to a fresh topic of 8 queues (4 per broker):
   java-sync   the official ``DefaultMQProducer``, 2 threads, one ``send`` at a time each
   java-async  the same, asynchronous sends, ``--window`` in flight per thread
   java-batch  the same, ``send(List)`` of the sink's batch size (``batchMaxBytes``, 1 MiB)
+  java-transaction  the official ``TransactionMQProducer``, 2 threads, a local transaction that
+              commits, timed until the topic holds every message (its END is one-way)
   sink        ``df.write.format("rocketmq")`` of a cached DataFrame of ``--messages`` rows of
               ``--body-size`` bytes in 2 partitions, local[2]
+  sink-exactly-once  the same write with ``deliveryGuarantee=exactly-once``, timed until every
+              row is visible
 
 and after each sink run, Spark's share of it: spark-handover, the same rows handed to a Python
 function in Arrow batches as to the sink's writer (``mapInArrow``), which only counts them.
@@ -55,7 +59,9 @@ from sink_runs import (
     HANDOVER,
     JAVA_MODES,
     SINK,
+    SINK_EXACTLY_ONCE,
     THREADS,
+    TRANSACTION_TOPIC,
     Run,
     cached_frame,
     create_topic,
@@ -126,10 +132,15 @@ def main(argv: Iterable[str] | None = None) -> int:
         log(f"cached in {time.perf_counter() - cache_started:.1f}s")
         warm = f"sink-bench-warm-{stamp}"
         create_topic(cluster, warm)
+        create_topic(cluster, TRANSACTION_TOPIC)
         warm_df = cached_frame(spark, SINK_WARMUP_MESSAGES, args.body_size)
         write_sink(warm_df, namesrv, warm)
 
-        runs: dict[str, list[Run]] = {f"java-{mode}": [] for mode in JAVA_MODES} | {SINK: [], HANDOVER: []}
+        runs: dict[str, list[Run]] = {f"java-{mode}": [] for mode in JAVA_MODES} | {
+            SINK: [],
+            HANDOVER: [],
+            SINK_EXACTLY_ONCE: [],
+        }
         tool_lines: list[dict[str, Any]] = []
         for repeat in range(1, args.repeats + 1):
             for mode in JAVA_MODES:
@@ -149,6 +160,12 @@ def main(argv: Iterable[str] | None = None) -> int:
             run = run_handover(servers, df, args.messages)
             runs[HANDOVER].append(run)
             _logged(repeat, HANDOVER, run)
+            topic = f"sink-bench-{stamp}-{repeat}-{SINK_EXACTLY_ONCE}"
+            create_topic(cluster, topic)
+            write_sink(warm_df, namesrv, warm, exactly_once=True)  # warm, as for the sink
+            run = run_sink(cluster, servers, df, topic, args.messages, exactly_once=True)
+            runs[SINK_EXACTLY_ONCE].append(run)
+            _logged(repeat, SINK_EXACTLY_ONCE, run)
 
         report = {
             "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

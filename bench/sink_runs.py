@@ -3,9 +3,14 @@
   java-sync, java-async, java-batch: the official ``DefaultMQProducer`` in the tool's
       ``produce-bench`` command, 2 threads, timed by the JVM from the first send to the last
       answer, with the JVM's own CPU over that span;
+  java-transaction: the official ``TransactionMQProducer``, 2 threads, one
+      ``sendMessageInTransaction`` at a time each (its END is one-way), timed until the topic holds
+      every message;
   sink: ``df.write.format("rocketmq")`` of a cached DataFrame in 2 partitions on local[2], timed
       from the write job's start to its end, with the CPU of the Spark JVM and its Python workers
       sampled from /proc;
+  sink-exactly-once: the same with ``deliveryGuarantee=exactly-once``, timed until every row is
+      visible;
   spark-handover: no writer, but what Spark spends on any Python writer: the same cached rows
       handed to a Python function in Arrow batches (``mapInArrow``, the path a Python data source's
       writer is fed by), which only counts them; timed and sampled as the sink.
@@ -28,8 +33,13 @@ from integration.spark import local_spark
 from rocketmq_spark.sink.options import DEFAULT_BATCH_MAX_BYTES
 from sampling import SPARK_JVM, SPARK_PYTHON, Sampler
 
-JAVA_MODES = ("sync", "async", "batch")
+JAVA_MODES = ("sync", "async", "batch", "transaction")
+JAVA_TRANSACTION = "java-transaction"
 SINK = "sink"
+SINK_EXACTLY_ONCE = "sink-exactly-once"
+# Exactly-once's producer group and the topic its transaction records go to (made once a run).
+EXACTLY_ONCE_GROUP = "bench-sink-exactly-once"
+TRANSACTION_TOPIC = "bench-sink-transactions"
 HANDOVER = "spark-handover"
 THREADS = 2  # the sink's two tasks
 # Room for the 1 GiB DataFrame cached in the driver's heap, beside Spark's own needs.
@@ -144,25 +154,41 @@ def warm_messages(messages: int) -> int:
     return max(messages // WARMUP_SHARE, WARMUP_MIN)
 
 
-def sink_options(namesrv: str, topic: str) -> dict[str, str]:
-    return {"nameServer": namesrv, "topic": topic}
+def sink_options(namesrv: str, topic: str, exactly_once: bool = False) -> dict[str, str]:
+    if not exactly_once:
+        return {"nameServer": namesrv, "topic": topic}
+    return {
+        "nameServer": namesrv,
+        "topic": topic,
+        "deliveryGuarantee": "exactly-once",
+        "producerGroup": EXACTLY_ONCE_GROUP,
+        "transactionTopic": TRANSACTION_TOPIC,
+    }
 
 
-def write_sink(df: Any, namesrv: str, topic: str) -> float:
+def write_sink(df: Any, namesrv: str, topic: str, exactly_once: bool = False) -> float:
     """``df.write.format("rocketmq")``: seconds from the job's start to its end."""
     writer = df.write.format("rocketmq").mode("append")
-    for key, value in sink_options(namesrv, topic).items():
+    for key, value in sink_options(namesrv, topic, exactly_once).items():
         writer = writer.option(key, value)
     started = time.perf_counter()
     writer.save()
     return time.perf_counter() - started
 
 
-def run_sink(cluster: Cluster, servers: list[int], df: Any, topic: str, messages: int) -> Run:
-    """One write of the cached DataFrame; CPU of the Spark JVM and its Python workers."""
+def run_sink(
+    cluster: Cluster, servers: list[int], df: Any, topic: str, messages: int, exactly_once: bool = False
+) -> Run:
+    """One write of the cached DataFrame; CPU of the Spark JVM and its Python workers. Exactly
+    once is timed until every row is visible, as the Java transactional producer is."""
+    name = SINK_EXACTLY_ONCE if exactly_once else SINK
     with Sampler(servers) as sampler:
-        seconds = write_sink(df, cluster.namesrv_addr, topic)
-    check_stored(cluster, topic, messages, SINK)
+        started = time.perf_counter()
+        write_sink(df, cluster.namesrv_addr, topic, exactly_once)
+        if exactly_once:
+            check_stored(cluster, topic, messages, name)
+        seconds = time.perf_counter() - started
+    check_stored(cluster, topic, messages, name)
     return _spark_run(messages, seconds, sampler)
 
 

@@ -8,10 +8,16 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * The official producer's throughput, the yardstick of the sink's benchmark: {@code --threads}
@@ -23,7 +29,11 @@ import org.apache.rocketmq.common.message.Message;
  *   <li>{@code async}: one message per {@code send} with a callback, at most {@code --window}
  *       sends in flight per thread (a Semaphore);
  *   <li>{@code batch}: {@code send(List)} of as many messages as fit in {@code --batch-bytes}
- *       (the sink's {@code batchMaxBytes}), waiting for each answer.
+ *       (the sink's {@code batchMaxBytes}), waiting for each answer;
+ *   <li>{@code transaction}: a {@code TransactionMQProducer} per thread, one
+ *       {@code sendMessageInTransaction} at a time (a half, waited for, then a local transaction
+ *       that commits, then the client's one-way END_TRANSACTION); timed until the topic's queues
+ *       hold every message, since a one-way END is not answered.
  * </ul>
  *
  * <p>Each thread has its own {@code DefaultMQProducer} (its own instance name, so its own client
@@ -42,14 +52,16 @@ final class ProduceBench {
     private static final int BATCH_RECORD_FIXED = 22;
     private static final int BATCH_PROPERTIES_ESTIMATE = 64;
     private static final long DRAIN_TIMEOUT_S = 600;
+    private static final String TRANSACTION = "transaction";
+    private static final long VISIBLE_POLL_MS = 50;
 
     private ProduceBench() {}
 
     static void run(Tool.Args args) throws Exception {
         String topic = args.required("topic");
         String mode = args.get("mode", "sync");
-        if (!List.of("sync", "async", "batch").contains(mode)) {
-            throw new IllegalArgumentException("--mode wants sync, async or batch, not " + mode);
+        if (!List.of("sync", "async", "batch", TRANSACTION).contains(mode)) {
+            throw new IllegalArgumentException("--mode wants sync, async, batch or transaction, not " + mode);
         }
         int threads = Integer.parseInt(args.get("threads", "2"));
         long messages = Long.parseLong(args.required("messages"));
@@ -62,7 +74,9 @@ final class ProduceBench {
         List<DefaultMQProducer> producers = new ArrayList<>();
         try {
             for (int t = 0; t < threads; t++) {
-                DefaultMQProducer p = new DefaultMQProducer(args.get("group", "bench-producer"));
+                DefaultMQProducer p = mode.equals(TRANSACTION)
+                    ? committing(args.get("group", "bench-producer"))
+                    : new DefaultMQProducer(args.get("group", "bench-producer"));
                 p.setNamesrvAddr(args.required("ns"));
                 p.setInstanceName("bench-producer-" + t + "-" + System.nanoTime());
                 p.setSendMsgTimeout(SEND_TIMEOUT_MS);
@@ -93,6 +107,32 @@ final class ProduceBench {
         }
     }
 
+    /** A transactional producer whose local transaction and check-backs always commit. */
+    private static TransactionMQProducer committing(String group) {
+        TransactionMQProducer p = new TransactionMQProducer(group);
+        p.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        return p;
+    }
+
+    /** The messages the topic's queues hold: max offsets summed. */
+    private static long stored(DefaultMQProducer p, String topic) throws Exception {
+        long sum = 0;
+        for (MessageQueue mq : p.fetchPublishMessageQueues(topic)) {
+            sum += p.maxOffset(mq);
+        }
+        return sum;
+    }
+
     private record Result(long acked, long failed, long notOk, double seconds, double cpuSeconds) {}
 
     /** Every thread sends its share; the span from the first send to the last answer. */
@@ -110,6 +150,7 @@ final class ProduceBench {
                     switch (mode) {
                         case "sync" -> sendSync(p, topic, share, bodies, c);
                         case "async" -> sendAsync(p, topic, share, bodies, window, c);
+                        case TRANSACTION -> sendInTransactions((TransactionMQProducer) p, topic, share, bodies, c);
                         default -> sendBatches(p, topic, share, bodies, perBatch, c);
                     }
                 } catch (Exception e) {
@@ -119,6 +160,8 @@ final class ProduceBench {
         }
         com.sun.management.OperatingSystemMXBean os =
             (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        boolean untilVisible = mode.equals(TRANSACTION);
+        long before = untilVisible ? stored(producers.get(0), topic) : 0;
         long cpuStart = os.getProcessCpuTime();
         long started = System.nanoTime();
         for (Thread w : workers) {
@@ -126,6 +169,13 @@ final class ProduceBench {
         }
         for (Thread w : workers) {
             w.join();
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(DRAIN_TIMEOUT_S);
+        while (untilVisible && stored(producers.get(0), topic) - before < c.acked.get()) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("committed messages still not visible after " + DRAIN_TIMEOUT_S + " s");
+            }
+            Thread.sleep(VISIBLE_POLL_MS);
         }
         double seconds = (System.nanoTime() - started) / NS_PER_S;
         double cpu = (os.getProcessCpuTime() - cpuStart) / NS_PER_S;
@@ -145,6 +195,21 @@ final class ProduceBench {
         for (long i = 0; i < count; i++) {
             try {
                 c.answered(p.send(new Message(topic, bodies[(int) (i % BODY_POOL)])), 1);
+            } catch (Exception e) {
+                c.error(e);
+            }
+        }
+    }
+
+    private static void sendInTransactions(TransactionMQProducer p, String topic, long count, byte[][] bodies,
+        Counters c) {
+        for (long i = 0; i < count; i++) {
+            try {
+                TransactionSendResult r = p.sendMessageInTransaction(new Message(topic, bodies[(int) (i % BODY_POOL)]), null);
+                if (r.getLocalTransactionState() != LocalTransactionState.COMMIT_MESSAGE) {
+                    throw new IllegalStateException("a half was not committed: " + r);
+                }
+                c.answered(r, 1);
             } catch (Exception e) {
                 c.error(e);
             }
