@@ -7,13 +7,14 @@ through the Arrow one. What arrived is read with RocketMQ's Java consumer and co
 from __future__ import annotations
 
 import base64
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from integration.constants import QUERY_TIMEOUT_S
 from integration.lines import Driver
-from integration.support import ClusterHandle, create_topic, offsets_and_ends, produce
+from integration.support import ClusterHandle, create_topic, eventually, offsets_and_ends, produce
 
 QUEUES = 2  # per broker
 # The batch write: rows, tasks, and the sharding keys that spread them.
@@ -24,16 +25,35 @@ SHARDING_KEYS = 7
 FIRST_WAVE = 300
 SECOND_WAVE = 200
 COPY_COLUMNS = ["upper(cast(body as string)) as body", "keys", "tags"]
+# How long a topic's queues must hold still before its messages are counted.
+SETTLE_S = 1.0
 
 
 def java_messages(rocketmq: ClusterHandle, topic: str) -> list[dict[str, Any]]:
-    """Every message the topic holds (duplicates too), as RocketMQ's Java consumer reads them."""
-    stored = sum(offsets_and_ends(rocketmq, topic, f"{topic}-probe")[1].values())
+    """Every message the topic holds (duplicates too), as RocketMQ's Java consumer reads them,
+    once its queues stopped growing (a committed half enters its queue a moment after its END)."""
+
+    def settled() -> int | None:
+        first = sum(offsets_and_ends(rocketmq, topic, f"{topic}-probe")[1].values())
+        time.sleep(SETTLE_S)
+        again = sum(offsets_and_ends(rocketmq, topic, f"{topic}-probe")[1].values())
+        return again if again == first else None
+
+    stored = eventually(settled, f"{topic} kept growing")
     return rocketmq.tool("consume", "--topic", topic, "--count", str(stored), "--print")
 
 
-def batch_write_arrives_exactly(driver: Driver, rocketmq: ClusterHandle, topic: str) -> None:
-    """Each row once, with its body, tags, keys and properties."""
+def exactly_once(rocketmq: ClusterHandle, group: str, ledger: str) -> dict[str, str]:
+    """The sink options of ``deliveryGuarantee=exactly-once``, its transaction topic created."""
+    create_topic(rocketmq, ledger, queues=QUEUES)
+    return {"deliveryGuarantee": "exactly-once", "producerGroup": group, "transactionTopic": ledger}
+
+
+def batch_write_arrives_exactly(
+    driver: Driver, rocketmq: ClusterHandle, topic: str, extra: dict[str, str] | None = None
+) -> None:
+    """Each row once, with its body, tags, keys and properties; ``extra`` sink options (with a
+    ``writeId``, the same write is made twice, and the second writes nothing)."""
     create_topic(rocketmq, topic, queues=QUEUES)
     columns = [
         "cast(concat('w-', id) as binary) as body",
@@ -42,8 +62,9 @@ def batch_write_arrives_exactly(driver: Driver, rocketmq: ClusterHandle, topic: 
         "map('row', cast(id as string)) as properties",
         f"concat('s', id % {SHARDING_KEYS}) as shardingKey",
     ]
-    options = {"nameServer": rocketmq.namesrv_addr, "topic": topic}
-    driver.call("write_rows", options=options, rows=WRITTEN, columns=columns, partitions=WRITE_TASKS)
+    options = {"nameServer": rocketmq.namesrv_addr, "topic": topic, **(extra or {})}
+    for _ in range(2 if "writeId" in options else 1):
+        driver.call("write_rows", options=options, rows=WRITTEN, columns=columns, partitions=WRITE_TASKS)
     got = Counter(
         (base64.b64decode(m["body"]).decode(), m["tags"], m["keys"], m["properties"]["row"])
         for m in java_messages(rocketmq, topic)
@@ -52,10 +73,17 @@ def batch_write_arrives_exactly(driver: Driver, rocketmq: ClusterHandle, topic: 
 
 
 def stream_into_the_sink_writes_each_row_once(
-    driver: Driver, rocketmq: ClusterHandle, origin: str, copy: str, group: str, checkpoint: Path
+    driver: Driver,
+    rocketmq: ClusterHandle,
+    origin: str,
+    copy: str,
+    group: str,
+    checkpoint: Path,
+    extra: dict[str, str] | None = None,
 ) -> None:
     """Two AvailableNow runs on one checkpoint, each after a wave of messages: every message of
-    both waves is in ``copy`` once, transformed, and each run read exactly its wave."""
+    both waves is in ``copy`` once, transformed, and each run read exactly its wave; ``extra``
+    sink options."""
     for topic in (origin, copy):
         create_topic(rocketmq, topic, queues=QUEUES)
     source = {
@@ -66,7 +94,7 @@ def stream_into_the_sink_writes_each_row_once(
     }
     run = {
         "source": source,
-        "sink": {"nameServer": rocketmq.namesrv_addr, "topic": copy},
+        "sink": {"nameServer": rocketmq.namesrv_addr, "topic": copy, **(extra or {})},
         "checkpoint": str(checkpoint),
         "columns": COPY_COLUMNS,
         "timeout_s": QUERY_TIMEOUT_S,

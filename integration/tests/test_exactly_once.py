@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -321,3 +322,53 @@ def test_sharding_key_rows_keep_their_order_across_batches_on_java_s_hash_queue(
         assert {(b, q) for b, q, _, _ in stored} == {expected_queue(f"order-{key}")}, f"order-{key} left its queue"
         in_queue_order = [seq for _, _, _, seq in sorted(stored)]
         assert in_queue_order == sorted(in_queue_order), f"order-{key} is out of order: {in_queue_order}"
+
+
+def test_a_zombie_attempt_s_halves_are_never_seen(rocketmq: ClusterHandle, unique: Any) -> None:
+    """An attempt Spark gave up on (a speculative copy, a task it thinks lost) keeps sending: its
+    halves lie among those of the attempt Spark took, in the same half-queue spans, before and
+    after the decision. The driver dies after the decision; the next start reads the spans back
+    and commits the decided attempt's halves only. Run without Spark, against the real brokers."""
+    target, ledger = topics(rocketmq, unique, "eo-zombie", "eo-zombie-ledger")
+    group = unique("eo-zombie-group")
+    options = parse_sink_options(
+        {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": group,
+            "transactionTopic": ledger,
+        }
+    )
+    transaction = Transaction(unique("query"), 5, "run-1")
+    taken, zombie = HalfLog(group, transaction, attempt=2), HalfLog(group, transaction, attempt=1)
+
+    def rows(prefix: str) -> Any:
+        return pa.record_batch({"body": pa.array([f"{prefix}-{i}".encode() for i in range(CUT_ROWS // 3)])})
+
+    def taken_rows() -> Iterator[Any]:
+        """The taken attempt's rows, with the zombie's whole first run sent between its two batches."""
+        yield rows("taken-a")
+        write_task(options, {"body": "body"}, iter([rows("zombie-a")]), zombie)
+        yield rows("taken-b")
+
+    written = write_task(options, {"body": "body"}, taken_rows(), taken)
+    inside = [
+        h
+        for h in zombie.sent.halves()
+        for span in written.halves.spans().spans  # type: ignore[union-attr]
+        if span.broker_name == h.broker_name and span.first < h.half_offset < span.last
+    ]
+    print(f"{len(inside)} of the zombie's halves lie inside the taken attempt's spans")
+    assert inside, "the zombie's halves should lie among the taken attempt's in the half queue"
+    assert written.halves is not None and len(written.halves) == 2 * (CUT_ROWS // 3)
+    plan = decide(State.UNDECIDED, Event.COMMIT)
+    key = record_key(group, transaction.query, transaction.batch)
+    Committer(options, transaction.query)._run(
+        Plan(plan.steps[:1], plan.says), key, [written.halves], Entries(), transaction
+    )  # the decision, then the driver dies before any COMMIT
+    # The zombie goes on after the decision (a fresh log: each run of a task has its own).
+    write_task(options, {"body": "body"}, iter([rows("zombie-b")]), HalfLog(group, transaction, attempt=1))
+    Committer(options, transaction.query).recover()
+    expected = sorted(f"taken-{part}-{i}" for part in "ab" for i in range(CUT_ROWS // 3))
+    assert java_bodies(rocketmq, target, len(expected)) == expected

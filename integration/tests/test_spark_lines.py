@@ -34,7 +34,11 @@ import pytest
 
 from integration.constants import OUTPUT_TAIL_CHARS, REPO
 from integration.lines import LINES, Driver, LineVenv, LineVenvs, UnitRun
-from integration.sinklines import batch_write_arrives_exactly, stream_into_the_sink_writes_each_row_once
+from integration.sinklines import (
+    batch_write_arrives_exactly,
+    exactly_once,
+    stream_into_the_sink_writes_each_row_once,
+)
 from integration.support import (
     ClusterHandle,
     create_topic,
@@ -473,3 +477,15 @@ def test_a_stream_into_the_sink_restarted_on_its_checkpoint_writes_each_row_once
 ) -> None:
     origin, copy, group = unique("lines-origin"), unique("lines-copy"), unique("lines-copy-group")
     stream_into_the_sink_writes_each_row_once(driver, rocketmq, origin, copy, group, tmp_path / "checkpoint")
+
+
+@on_lines(STREAM_WRITE)
+def test_exactly_once_writes_each_row_once_through_this_line_s_writers(
+    driver: Driver, rocketmq: ClusterHandle, unique: Unique, tmp_path: Path
+) -> None:
+    """deliveryGuarantee=exactly-once through the line's stream writer (rows on 4.0, Arrow from
+    4.1) and its batch writer; a batch write made twice with one writeId writes once."""
+    options = exactly_once(rocketmq, unique("lines-eo-group"), unique("lines-eo-ledger"))
+    origin, copy, group = unique("lines-eo-origin"), unique("lines-eo-copy"), unique("lines-eo-copy-group")
+    stream_into_the_sink_writes_each_row_once(driver, rocketmq, origin, copy, group, tmp_path / "checkpoint", options)
+    batch_write_arrives_exactly(driver, rocketmq, unique("lines-eo-write"), {**options, "writeId": unique("write")})
