@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from rocketmq_spark.model import MS_PER_SECOND, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.cluster import shared_cluster
+from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import NoReplicaError, RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.remoting.transactions import Half, Resolution, commit_log_offset, end_transaction
@@ -41,6 +43,11 @@ HALF_QUEUE_ID = 0
 # whose window is smaller, is refused for exactly-once). Measured on a 2-core machine, 30,000
 # COMMITs from one process: 64 -> 3,600 a second, 256 -> 4,700 to 5,600, 1,024 -> 3,500.
 END_WINDOW = 256
+# A 4.9 broker registers its half topic only when its transaction check first runs (every
+# transactionCheckInterval, 60 s by default), not when it stores the first half: until then a pull
+# of the half queue is answered TOPIC_NOT_EXIST, and a recovery that soon after the broker's start
+# waits this long for it.
+HALF_TOPIC_WAIT_S = 90.0
 
 # One half to resolve: the half, its target queue, and whether that queue keeps order.
 Pending = tuple[Half, MessageQueue, bool]
@@ -201,13 +208,18 @@ class Committer:
         """The decided halves not stored in their target queues yet, in half-queue order."""
         halves: dict[str, Pending] = {}
         topic = next(iter(decision.positions)).topic if decision.positions else None
+        half_retry = replace(
+            self.retry,
+            budget_s=max(self.retry.budget_s, HALF_TOPIC_WAIT_S),
+            answers=self.retry.answers | {ResponseCode.TOPIC_NOT_EXIST},
+        )
         for task in decision.tasks:
             for span in task.spans:
                 assert topic is not None
                 address = self._master(topic, span.broker_name)
                 half_queue = MessageQueue(HALF_TOPIC, span.broker_name, HALF_QUEUE_ID)
                 found = 0
-                for m in scan(self.client, address, half_queue, self.group, span.first, span.last + 1, self.retry):
+                for m in scan(self.client, address, half_queue, self.group, span.first, span.last + 1, half_retry):
                     unique = m.unique_key
                     if m.properties.get(PROPERTY_ATTEMPT) != task.mark or unique is None or unique in halves:
                         continue
