@@ -30,7 +30,7 @@ from rocketmq_spark.sink.decisions import State
 from rocketmq_spark.sink.exactly_once import async_replicated
 from rocketmq_spark.sink.options import parse_sink_options
 
-pytestmark = [pytest.mark.integration, pytest.mark.eo_faults]
+pytestmark = pytest.mark.integration
 
 ROWS = 400
 # From a run's start to its pause: a Spark start, the plan and the tasks' sends.
@@ -38,6 +38,7 @@ PAUSE_WITHIN_S = 180.0
 RUN_TIMEOUT_S = 240.0
 
 
+@pytest.mark.eo_faults
 def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each_row_once(
     rocketmq: ClusterHandle, unique: Any, tmp_path: Path
 ) -> None:
@@ -122,6 +123,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         yield pool
 
 
+@pytest.mark.faults  # beside the other replicated clusters, in CI's first lane, where there is room
 def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
     rocketmq: ClusterHandle, clusters: Clusters, unique: Any
 ) -> None:
