@@ -123,7 +123,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         yield pool
 
 
-@pytest.mark.faults  # beside the other replicated clusters, in CI's first lane, where there is room
+@pytest.mark.eo_faults
 def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
     rocketmq: ClusterHandle, clusters: Clusters, unique: Any
 ) -> None:
