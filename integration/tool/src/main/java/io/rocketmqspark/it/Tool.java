@@ -435,11 +435,26 @@ public final class Tool {
         System.err.printf("sent %d messages in %.2fs%n", sent, secs);
     }
 
+    // A broker under load refuses a send it took too long to start (SYSTEM_BUSY, "broker busy,
+    // start flow control"), before storing it: sent again after a pause, as a send to an explicit
+    // queue is not retried by the client itself.
+    private static final int BUSY_ATTEMPTS = 5;
+    private static final long BUSY_PAUSE_MS = 500;
+
     private static SendResult send(DefaultMQProducer p, List<Message> msgs, MessageQueue q) throws Exception {
-        if (msgs.size() == 1) {
-            return q == null ? p.send(msgs.get(0)) : p.send(msgs.get(0), q);
+        for (int attempt = 1; ; attempt++) {
+            try {
+                if (msgs.size() == 1) {
+                    return q == null ? p.send(msgs.get(0)) : p.send(msgs.get(0), q);
+                }
+                return q == null ? p.send(msgs) : p.send(msgs, q);
+            } catch (MQBrokerException e) {
+                if (e.getResponseCode() != ResponseCode.SYSTEM_BUSY || attempt >= BUSY_ATTEMPTS) {
+                    throw e;
+                }
+                Thread.sleep(BUSY_PAUSE_MS);
+            }
         }
-        return q == null ? p.send(msgs) : p.send(msgs, q);
     }
 
     private static void pace(double rate, int sent, long started) throws InterruptedException {
