@@ -234,7 +234,7 @@ class Driver:
 
     def call(self, op: str, **args: Any) -> Any:
         """Send one request and wait for its answer; Spark's error, if it refused, as LineError."""
-        answer = self._ask(op, args)
+        answer = self.answer(self.submit(op, **args))
         if "error" in answer:
             error = answer["error"]
             raise LineError(
@@ -257,9 +257,6 @@ class Driver:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-
-    def _ask(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        return self.answer(self.submit(op, **args))
 
     def answer(self, number: int) -> dict[str, Any]:
         """The answer to request ``number`` (its result or Spark's error), once written."""

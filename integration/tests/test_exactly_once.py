@@ -28,7 +28,7 @@ from rocketmq_spark.sink.decisions import Event, Plan, State, decide
 from rocketmq_spark.sink.fence import GroupInUseError
 from rocketmq_spark.sink.halves import HalfLog, Transaction
 from rocketmq_spark.sink.ledger import Entries
-from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.options import SinkOptions, parse_sink_options
 from rocketmq_spark.sink.task import write_task
 
 pytestmark = pytest.mark.integration
@@ -80,6 +80,19 @@ def topics(rocketmq: ClusterHandle, unique: Any, *names: str) -> list[str]:
     for topic in made:
         create_topic(rocketmq, topic, queues=QUEUES)
     return made
+
+
+def driver_options(rocketmq: ClusterHandle, target: str, group: str, ledger: str) -> SinkOptions:
+    """The checked options of an exactly-once write, for tests that run the driver's steps without Spark."""
+    return parse_sink_options(
+        {
+            "nameServer": rocketmq.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": group,
+            "transactionTopic": ledger,
+        }
+    )
 
 
 def exactly_once(writer: Any, rocketmq: ClusterHandle, topic: str, group: str, ledger: str) -> Any:
@@ -204,15 +217,7 @@ def test_a_decision_cut_off_in_the_middle_of_its_commits_is_finished_once(rocket
     Spark: a task's sends and the driver's steps, against the real brokers."""
     target, ledger = topics(rocketmq, unique, "eo-cut", "eo-cut-ledger")
     group = unique("eo-cut-group")
-    options = parse_sink_options(
-        {
-            "nameServer": rocketmq.namesrv_addr,
-            "topic": target,
-            "deliveryGuarantee": "exactly-once",
-            "producerGroup": group,
-            "transactionTopic": ledger,
-        }
-    )
+    options = driver_options(rocketmq, target, group, ledger)
     transaction = Transaction(unique("query"), 3, "run-1")
     bodies = [f"cut-{i}".encode() for i in range(CUT_ROWS)]
     halves = HalfLog(group, transaction, attempt=1)
@@ -244,15 +249,7 @@ def test_a_second_writer_of_one_producer_group_is_refused_naming_it(rocketmq: Cl
     commits. Run without Spark: the driver's steps, against the real brokers."""
     target, ledger = topics(rocketmq, unique, "eo-fence", "eo-fence-ledger")
     group = unique("eo-fence-group")
-    options = parse_sink_options(
-        {
-            "nameServer": rocketmq.namesrv_addr,
-            "topic": target,
-            "deliveryGuarantee": "exactly-once",
-            "producerGroup": group,
-            "transactionTopic": ledger,
-        }
-    )
+    options = driver_options(rocketmq, target, group, ledger)
     first, second = Transaction(unique("query-a"), 0, "run-a"), Transaction(unique("query-b"), 0, "run-b")
     holding = Committer(options, first.query)
     assert holding.fence.take(0), "the lock of a group nobody writes is taken at once"
@@ -331,15 +328,7 @@ def test_a_zombie_attempt_s_halves_are_never_seen(rocketmq: ClusterHandle, uniqu
     and commits the decided attempt's halves only. Run without Spark, against the real brokers."""
     target, ledger = topics(rocketmq, unique, "eo-zombie", "eo-zombie-ledger")
     group = unique("eo-zombie-group")
-    options = parse_sink_options(
-        {
-            "nameServer": rocketmq.namesrv_addr,
-            "topic": target,
-            "deliveryGuarantee": "exactly-once",
-            "producerGroup": group,
-            "transactionTopic": ledger,
-        }
-    )
+    options = driver_options(rocketmq, target, group, ledger)
     transaction = Transaction(unique("query"), 5, "run-1")
     taken, zombie = HalfLog(group, transaction, attempt=2), HalfLog(group, transaction, attempt=1)
 

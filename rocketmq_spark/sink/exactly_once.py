@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark import TaskContext
@@ -30,7 +30,7 @@ from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.sink import columns as col
 from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.decision_record import record_key
-from rocketmq_spark.sink.decisions import Event, Step, decide
+from rocketmq_spark.sink.decisions import Event, Plan, Step, decide
 from rocketmq_spark.sink.halves import HalfLog, SentHalves, Transaction
 from rocketmq_spark.sink.options import DELIVERY_GUARANTEE, EXACTLY_ONCE, SinkOptions
 from rocketmq_spark.sink.spark_api import StreamWriterBase
@@ -174,19 +174,21 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
-            committer = Committer(self.options, self.write_id)
-            try:
-                plan = committer.commit(sent[0].transaction, sent)
-            finally:
-                committer.release()
+            plan = self._resolve(Committer.commit, sent)
             log.info("write %s: %s (%d row(s))", self.write_id, plan.says, sum(len(s) for s in sent))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
-            committer = Committer(self.options, self.write_id)
-            try:
-                plan = committer.abort(sent[0].transaction, sent)
-            finally:
-                committer.release()
+            plan = self._resolve(Committer.abort, sent)
             log.warning("write %s aborted: %s", self.write_id, plan.says)
+
+    def _resolve(
+        self, event: Callable[[Committer, Transaction, Sequence[SentHalves]], Plan], sent: list[SentHalves]
+    ) -> Plan:
+        """Commit or abort the write, then let the group's lock go: the write is over."""
+        committer = Committer(self.options, self.write_id)
+        try:
+            return event(committer, sent[0].transaction, sent)
+        finally:
+            committer.release()
