@@ -226,6 +226,11 @@ def _acl_settings(config: ClusterConfig, store: Path) -> dict[str, str]:
         "authenticationMetadataProvider": "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
         "initAuthenticationUser": json.dumps({"username": ACL_USER, "password": ACL_PASSWORD}),
         "innerClientAuthenticationCredentials": json.dumps({"accessKey": ACL_USER, "secretKey": ACL_PASSWORD}),
+        # Authorization too, as operators run it: ACL_USER is a super user (initAuthenticationUser
+        # makes one), every other user gets only what createAcl grants it.
+        "authorizationEnabled": "true",
+        "authorizationProvider": "org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+        "authorizationMetadataProvider": "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
         "authConfigPath": str(store / "auth"),
     }
 
@@ -243,6 +248,14 @@ def write_plain_acl(workdir: Path) -> Path:
         "    defaultTopicPerm: PUB|SUB\n"
         "    defaultGroupPerm: PUB|SUB\n"
     )
+    return path
+
+
+def write_tools_credentials(workdir: Path) -> Path:
+    """$ROCKETMQ_HOME/conf/tools.yml: the keys mqadmin signs with (both 4.9 and 5.x read it)."""
+    path = workdir / "conf" / "tools.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"accessKey: {ACL_USER}\nsecretKey: {ACL_PASSWORD}\n")
     return path
 
 

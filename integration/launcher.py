@@ -45,6 +45,7 @@ from integration.cluster_config import (
     proxy_settings,
     write_plain_acl,
     write_properties,
+    write_tools_credentials,
 )
 from integration.constants import LOOPBACK, OUTPUT_TAIL_CHARS, POLL_S
 from integration.javatool import forget_mqadmin, run_mqadmin, run_tool
@@ -118,6 +119,8 @@ class Cluster:
                 shutil.rmtree(cfg.workdir / sub, ignore_errors=True)
         for sub in ("logs", "conf"):
             (cfg.workdir / sub).mkdir(parents=True, exist_ok=True)
+        if cfg.acl:
+            write_tools_credentials(cfg.workdir)
         if cfg.acl and cfg.release.acl is AclStyle.PLAIN:
             write_plain_acl(cfg.workdir)
         try:

@@ -8,6 +8,7 @@ caller, who knows how much time it has, decides.
 
 from __future__ import annotations
 
+import re
 import ssl
 import threading
 import weakref
@@ -86,7 +87,10 @@ def _scrubbed(response: RemotingCommand, access_key: str) -> RemotingCommand:
     """The response with a remark that never shows the access key, so no error or log line
     repeats it."""
     if response.remark and access_key and access_key in response.remark:
-        response.remark = response.remark.replace(access_key, HIDDEN_ACCESS_KEY)
+        # As a whole token only: a key that is also part of a word ("cons" in "consumer") must
+        # not garble the rest of the message.
+        token = re.compile(rf"(?<![\w-]){re.escape(access_key)}(?![\w-])")
+        response.remark = token.sub(HIDDEN_ACCESS_KEY, response.remark)
     return response
 
 

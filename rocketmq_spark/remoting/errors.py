@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from rocketmq_spark.remoting import codes
+from rocketmq_spark.remoting import codes, grants
 
 
 class RocketMQError(Exception):
@@ -227,6 +227,28 @@ class AuthenticationError(BrokerResponseError):
     """The server rejected the credentials or the signature, or denied access."""
 
 
+class AuthorizationError(AuthenticationError):
+    """The user is known but lacks a grant on a resource: the message ends with the grant line.
+
+    An AuthenticationError too, so that whoever stops on a refused user stops on this as well.
+    """
+
+    def __init__(
+        self,
+        denied: grants.Denial,
+        code: int,
+        remark: str | None,
+        *,
+        request_code: int | None = None,
+        address: str | None = None,
+    ) -> None:
+        self.denial = denied
+        super().__init__(code, remark, request_code=request_code, address=address)
+
+    def _describe(self) -> str:
+        return f"{super()._describe().rstrip()} {self.denial.advice()}"
+
+
 class TopicNotFoundError(BrokerResponseError):
     """The topic does not exist on the server that answered."""
 
@@ -239,7 +261,8 @@ _AUTH_FAILURE_REMARK = re.compile(
     r"|authentication"
     r"|^User:.* is (?:not found|disabled)"
     r"|username cannot be null"
-    r"|has no permission to access",
+    r"|has no permission to access"
+    r"|No default permission for",
     re.IGNORECASE,
 )
 
@@ -270,6 +293,12 @@ def error_for_response(
     when its remark matches those messages.
     """
     cls: type[BrokerResponseError] = BrokerResponseError
+    refused = code == codes.ResponseCode.NO_PERMISSION or (
+        code == codes.ResponseCode.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark)
+    )
+    denied = grants.denial(request_code, remark) if refused else None
+    if denied is not None:
+        return AuthorizationError(denied, code, remark, request_code=request_code, address=address)
     if code == codes.ResponseCode.NO_PERMISSION:
         cls = AuthenticationError
     elif code == codes.ResponseCode.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark):

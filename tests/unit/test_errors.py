@@ -8,6 +8,7 @@ from rocketmq_spark.config.errors import ConfigurationError
 from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.errors import (
     AuthenticationError,
+    AuthorizationError,
     BrokerResponseError,
     ConnectionFailedError,
     DataLossError,
@@ -69,7 +70,7 @@ def test_retriable_by_response_code(code: int, retriable: bool) -> None:
         (
             codes.ResponseCode.SYSTEM_ERROR,
             "User:ak has no permission to access Topic:T from 127.0.0.1, DENY.",
-            AuthenticationError,
+            AuthorizationError,
         ),
         # 4.9.x plain ACL: the hook's exception as exceptionSimpleDesc renders it.
         (

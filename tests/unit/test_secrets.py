@@ -63,3 +63,13 @@ def test_a_refused_access_key_is_not_repeated(refusing: Callable[[str], Listener
         client.call(broker, calls.max_offset(MessageQueue("orders", "broker-a", 0)))
     assert f"User:{HIDDEN_ACCESS_KEY} is not found." in str(caught.value)
     assert "ak-7f3e" not in str(caught.value)
+
+
+def test_a_key_that_is_part_of_a_word_hides_only_itself(refusing: Callable[[str], Listener]) -> None:
+    """A short key ("cons") also found inside words ("consumer") is hidden where it stands alone."""
+    broker = refusing("User:cons has no permission to access Group:g from 127.0.0.1, no consumer.").address
+    config = ClientConfig(("127.0.0.1:1",), request_timeout=TIMEOUT_S, credentials=Credentials("cons", "sk"))
+    with RocketMQClient(config) as client, pytest.raises(AuthenticationError) as caught:
+        client.call(broker, calls.max_offset(MessageQueue("orders", "broker-a", 0)))
+    assert f"User:{HIDDEN_ACCESS_KEY} has no permission to access Group:g" in str(caught.value)
+    assert "no consumer." in str(caught.value)
