@@ -295,6 +295,18 @@ class FakeOffsets(OffsetQuestions):
         self.running_calls += 1
 
 
+# The requests ACL 2.0 allows only with Get on the topic (5.3.3's @RocketMQAction headers).
+NEEDS_GET = frozenset(
+    {
+        RequestCode.GET_MAX_OFFSET,
+        RequestCode.GET_MIN_OFFSET,
+        RequestCode.GET_TOPIC_STATS_INFO,
+        RequestCode.GET_CONSUME_STATS,
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+    }
+)
+
+
 class FakeBrokers(BrokerClient):
     """Brokers holding ``[0, messages)`` on every queue of the topics, counting every request.
 
@@ -322,6 +334,8 @@ class FakeBrokers(BrokerClient):
         self.group_known: set[str] | None = None
         self.members = FakeMembers()  # the stream's consumer group
         self.connections: dict[str, int] = {}  # connections opened per address, as the pool counts them
+        # Topics whose Get the user lacks (ACL 2.0): what needs it is refused as 5.3.3 refuses it.
+        self.no_get: set[str] = set()
 
     @staticmethod
     def address(broker: str) -> str:
@@ -371,6 +385,9 @@ class FakeBrokers(BrokerClient):
     def answer(self, call: Call[Any]) -> RemotingCommand:
         fields = call.fields
         code = call.code
+        if code in NEEDS_GET and fields.get("topic") in self.no_get:
+            denied = f"User:u has no permission to access Topic:{fields['topic']} from 127.0.0.1, no matched policies."
+            return RemotingCommand(ResponseCode.NO_PERMISSION, remark=denied)
         if code == RequestCode.GET_ALL_CONSUMER_OFFSET:
             tables: dict[str, list[str]] = {}
             for q, offset in self.stored.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 from typing import TypeVar
 
 from rocketmq_spark.config.cluster import TLS_TRUST_CERT_PATH, TLS_VERIFY
@@ -30,6 +31,7 @@ from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
+    AuthorizationError,
     BrokerResponseError,
     NoReplicaError,
     ProtocolError,
@@ -41,6 +43,7 @@ from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.option_model import TOPIC, SourceOptions
+from rocketmq_spark.source.pull_measure import PullMeasure
 from rocketmq_spark.source.routes import QueueRoutes, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class OffsetReader:
         self._no_topic_stats: set[str] = set()  # broker addresses that do not answer topic stats
         self._no_group_stats: set[str] = set()  # nor consume stats
         self._known_min: OffsetMap = {}  # min offsets the last topic stats gave
+        self.measure = PullMeasure(options.pull_group)  # topics the user may not Get
         # Per queue, the max offset topic stats gave last and the store time of the message below
         # it: a fact from before a failover that tells a new master's messages from the old ones'.
         self.last_stored: dict[MessageQueue, tuple[int, int]] = {}
@@ -177,6 +181,25 @@ class OffsetReader:
     ) -> dict[MessageQueue, T]:
         return self._gather(queues, lambda q: (self.address(q), call(q)), what)
 
+    def _queue_offsets(
+        self,
+        queues: list[MessageQueue],
+        call: Callable[[MessageQueue], Call[int]],
+        pick: Callable[[PullResult], int],
+        what: str,
+    ) -> dict[MessageQueue, int]:
+        """Max or min offsets queue by queue: asked, or pulled where the topic's Get is refused."""
+        asked, pulled = self.measure.split(queues)
+        try:
+            found = self._per_queue(asked, call, what)
+        except AuthorizationError as err:
+            if not self.measure.take(err, self.options.display_topic(err.denial.name)):
+                raise
+            return self._queue_offsets(queues, call, pick, what)
+        answers = self._per_queue(pulled, self.measure.call, what)
+        found.update({q: pick(self.measure.took(q, answer)) for q, answer in answers.items()})
+        return found
+
     # ----------------------------------------------------------------- offsets
 
     def _topic_stats(
@@ -252,7 +275,7 @@ class OffsetReader:
         else:
             latest.update(self._served_again([q for q in wanted if q not in latest], unanswered))
         rest = [q for q in wanted if q not in latest]
-        latest.update(self._per_queue(rest, calls.max_offset, "max offsets"))
+        latest.update(self._queue_offsets(rest, calls.max_offset, attrgetter("max_offset"), "max offsets"))
         return {q: latest[q] for q in wanted}
 
     def _served_again(
@@ -298,7 +321,10 @@ class OffsetReader:
             stats, _, _ = self._topic_stats(rest)
             self._known_min.update({q: s.min_offset for q, s in stats.items()})
             rest = [q for q in rest if q not in self._known_min]
-        found = {**self._known_min, **self._per_queue(rest, calls.min_offset, "min offsets")}
+        found = {
+            **self._known_min,
+            **self._queue_offsets(rest, calls.min_offset, attrgetter("min_offset"), "min offsets"),
+        }
         return {q: found[q] for q in wanted}
 
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
