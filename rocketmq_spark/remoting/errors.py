@@ -226,6 +226,13 @@ class BrokerResponseError(RocketMQError):
 class AuthenticationError(BrokerResponseError):
     """The server rejected the credentials or the signature, or denied access."""
 
+    @property
+    def refuses_user(self) -> bool:
+        """Whether the user was refused (credentials, signature, a grant), which no retry
+        changes; NO_PERMISSION also says a broker takes no sends for a topic, where another
+        broker may."""
+        return bool(self.remark and _AUTH_FAILURE_REMARK.search(self.remark))
+
 
 class AuthorizationError(AuthenticationError):
     """The user is known but lacks a grant on a resource: the message ends with the grant line.

@@ -57,9 +57,10 @@ _ACCEPTED: Final[dict[tuple[int, str], tuple[str, ...]]] = {
 _WRITES: Final = frozenset(
     {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.END_TRANSACTION}
 )
-# Everything a use needs on one resource: a reader's topic is pulled (Sub) and measured (Get);
-# its group is pulled with and committed to (Sub); a writer's topic takes sends (Pub).
-_READER_NEEDS: Final[dict[str, tuple[str, ...]]] = {TOPIC: (SUB, GET), GROUP: (SUB,)}
+# What a use needs on one resource at least: a reader pulls its topic and pulls with and commits
+# to its group (Sub; the offsets Get would give come from pulls too); a writer sends (Pub). The
+# grant line adds the refused request's own action (a search by time needs Get).
+_READER_NEEDS: Final[dict[str, tuple[str, ...]]] = {TOPIC: (SUB,), GROUP: (SUB,)}
 _WRITER_NEEDS: Final[dict[str, tuple[str, ...]]] = {TOPIC: (PUB,), GROUP: (SUB,)}
 
 _ACL2_DENIAL: Final = re.compile(
@@ -117,5 +118,5 @@ def denial(request_code: int | None, remark: str | None) -> Denial | None:
     resource_type = found["type"].capitalize()
     needed = _ACCEPTED.get((request_code, resource_type), ()) if request_code is not None else ()
     needs = _WRITER_NEEDS if request_code in _WRITES else _READER_NEEDS
-    grant = needs.get(resource_type, needed[:1])
+    grant = tuple(dict.fromkeys(needs.get(resource_type, ()) + needed[:1]))
     return Denial(resource_type, found["name"].rstrip(".,"), needed, grant, plain)

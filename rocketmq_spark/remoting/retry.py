@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from rocketmq_spark.remoting.errors import BrokerResponseError, RocketMQError
+from rocketmq_spark.remoting.errors import AuthenticationError, BrokerResponseError, RocketMQError
 from rocketmq_spark.remoting.outages import PROCESS_OUTAGES, Outages
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,10 @@ class Retry:
 
     def retriable(self, error: RocketMQError) -> bool:
         """Whether this use tries again after ``error``: the error says a retry can fix it, or it
-        is one of the broker answers this use retries."""
+        is one of the broker answers this use retries, unless it refuses the user (a missing grant
+        or a bad signature, which no other attempt changes)."""
+        if isinstance(error, AuthenticationError) and error.refuses_user:
+            return False
         return error.retriable or (isinstance(error, BrokerResponseError) and error.code in self.answers)
 
     def start(self) -> Attempts:

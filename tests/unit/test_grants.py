@@ -8,6 +8,8 @@ import pytest
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.errors import AuthenticationError, AuthorizationError, error_for_response
 from rocketmq_spark.remoting.grants import denial
+from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.sink.options import RETRY_RESPONSE_CODES
 
 ADDRESS = "127.0.0.1:10911"
 
@@ -22,9 +24,10 @@ def acl2(resource: str) -> str:
     [
         (RequestCode.GET_MAX_OFFSET, "Topic:orders", "Get", "-r Topic:orders -a Sub,Get -d Allow"),
         (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, "Topic:orders", "Get", "-r Topic:orders -a Sub,Get -d Allow"),
-        (RequestCode.PULL_MESSAGE, "Topic:orders", "Sub", "-r Topic:orders -a Sub,Get -d Allow"),
+        (RequestCode.PULL_MESSAGE, "Topic:orders", "Sub", "-r Topic:orders -a Sub -d Allow"),
         (RequestCode.PULL_MESSAGE, "Group:g1", "Sub", "-r Group:g1 -a Sub -d Allow"),
         (RequestCode.QUERY_CONSUMER_OFFSET, "Group:g1", "Sub or Get", "-r Group:g1 -a Sub -d Allow"),
+        (RequestCode.QUERY_CONSUMER_OFFSET, "Topic:orders", "Sub or Get", "-r Topic:orders -a Sub -d Allow"),
         (RequestCode.UPDATE_CONSUMER_OFFSET, "Group:g1", "Sub or Update", "-r Group:g1 -a Sub -d Allow"),
         (RequestCode.SEND_MESSAGE_V2, "Topic:out", "Pub", "-r Topic:out -a Pub -d Allow"),
         (RequestCode.SEND_BATCH_MESSAGE, "Topic:out", "Pub", "-r Topic:out -a Pub -d Allow"),
@@ -81,3 +84,17 @@ def test_an_unlisted_request_still_names_the_resource() -> None:
     found = denial(RequestCode.GET_BROKER_CONFIG, acl2("Topic:t"))
     assert found is not None and found.resource == "Topic:t" and found.needed == ()
     assert "needs access on Topic:t" in found.advice()
+
+
+def test_a_refused_user_is_not_sent_again_but_a_forbidden_topic_is() -> None:
+    """The sink retries NO_PERMISSION as the Java producer does (a broker whose topic takes no
+    sends), but not a refusal of its user: no other attempt changes a grant."""
+    retry = Retry(attempts=3, answers=RETRY_RESPONSE_CODES)
+    denied = error_for_response(ResponseCode.NO_PERMISSION, acl2("Topic:out"), request_code=RequestCode.SEND_MESSAGE_V2)
+    forbidden = error_for_response(
+        ResponseCode.NO_PERMISSION,
+        "the topic[out] sending message is forbidden",
+        request_code=RequestCode.SEND_MESSAGE_V2,
+    )
+    assert not retry.retriable(denied)
+    assert retry.retriable(forbidden)
