@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterError
+from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterError
 from integration.cluster_config import BROKER_A
 from integration.constants import ONE_HOUR_MS, PULL_BATCH, REPO
 from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
@@ -202,6 +202,11 @@ def spark_user(acl: AclCluster) -> Credentials:
             acl.broker_addr, AUTH_CREATE_USER, {"username": user.access_key}, json.dumps(info).encode()
         )
     assert response.code == codes.ResponseCode.SUCCESS, response.remark
+    # Authorization is on too: the user may subscribe to the topic, with the groups the run
+    # names (unique's prefix) and the one a batch read without a group pulls as.
+    resources = f"Topic:{acl.topic},Group:it-acl-spark*,Group:TOOLS_CONSUMER"
+    subject = f"User:{user.access_key}"
+    acl.cluster.mqadmin("createAcl", "-c", CLUSTER_NAME, "-s", subject, "-r", resources, "-a", "Sub,Get", "-d", "Allow")
     with acl.client(user) as client:
         assert client.call(acl.broker_addr, calls.max_offset(acl.queue)) == MESSAGES
     return user

@@ -24,6 +24,7 @@ import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.compression.CompressionType;
 import org.apache.rocketmq.common.message.Message;
@@ -537,7 +538,9 @@ public final class Tool {
         // The tests' reads (--print) pull each queue from its min offset, without a rebalance or a
         // seek that can race with the consumer's own first pulls; the lite pull consumer is the
         // benchmark's baseline.
-        if (args.has("print") || anyV4Broker(args)) {
+        if (args.has("subscribe")) {
+            consumeBySubscription(args, topic, group, batchSize, reading);
+        } else if (args.has("print") || anyV4Broker(args)) {
             consumeByPull(args, topic, group, batchSize, reading);
         } else {
             consumeByLitePull(args, topic, group, batchSize, reading);
@@ -557,6 +560,34 @@ public final class Tool {
             return false;
         } finally {
             admin.shutdown();
+        }
+    }
+
+    /**
+     * As an application subscribes: the group's stored offsets, else the first offset, and commits
+     * at the end. It needs Sub on the topic and the group only (no min offset or seek), which is
+     * what the least-privilege tests compare the source with.
+     */
+    private static void consumeBySubscription(Args args, String topic, String group, int batchSize, Reading reading)
+        throws Exception {
+        RPCHook hook = rpcHook(args);
+        DefaultLitePullConsumer c = hook == null ? new DefaultLitePullConsumer(group)
+            : new DefaultLitePullConsumer(group, hook);
+        c.setNamesrvAddr(args.required("ns"));
+        c.setInstanceName("it-subscriber-" + System.nanoTime());
+        c.setMqClientApiTimeout((int) TIMEOUT_MS);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setAutoCommit(false);
+        c.setPullBatchSize(batchSize);
+        c.subscribe(topic, SUBSCRIBE_ALL);
+        c.start();
+        try {
+            while (!reading.done()) {
+                reading.add(c.poll(TIMEOUT_MS));
+            }
+            c.commitSync();
+        } finally {
+            c.shutdown();
         }
     }
 
