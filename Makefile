@@ -107,13 +107,15 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs and not double_failover and not eo_faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset of the source and the sink against one release (test_versions.py,
-# test_sink_versions.py) and least-privilege users on its ACL (test_least_privilege.py: 4.9's plain
-# ACL on 4.9.7), e.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on 5.x, where its cases
-# also run through the proxy, and 3 on 4.9.7, on 2 cores before the sink's cases; see
+# test_sink_versions.py) and, on 4.9.7, least-privilege users of its plain ACL
+# (test_least_privilege.py; 5.5.1's brokers cannot authorize here, see integration/versions.py),
+# e.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on 5.x, where its cases also run
+# through the proxy, and 3 on 4.9.7, on 2 cores before the sink's cases; see
 # docs/running-rocketmq.md).
+COMPAT_LEAST_PRIVILEGE = $(if $(filter 4.9.7,$(ROCKETMQ_VERSION)),integration/tests/test_least_privilege.py,)
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	$(PY) -m pytest integration/tests/test_versions.py integration/tests/test_sink_versions.py integration/tests/test_least_privilege.py $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	$(PY) -m pytest integration/tests/test_versions.py integration/tests/test_sink_versions.py $(COMPAT_LEAST_PRIVILEGE) $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # Faults under a running stream, each on 20,000 messages with exactly-once output and exact stored
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two

@@ -65,6 +65,9 @@ class Release:
     # proxy, tools, client) run with this one's, and this one's modules that replace them.
     base: str | None = None
     modules: tuple[str, ...] = ()
+    # Whether its brokers can run ACL 2.0's authorization (5.5.1's broker calls its own
+    # rocketmq-auth, which Maven Central lacks; 5.5.0's fails with NoSuchMethodError).
+    authorizes: bool = True
 
     @property
     def major(self) -> int:
@@ -95,6 +98,7 @@ RELEASES = {
         acl=AclStyle.ACL2,
         base="5.5.0",
         modules=("broker", "store", "tiered-store", "remoting", "common", "controller"),
+        authorizes=False,
     ),
 }
 

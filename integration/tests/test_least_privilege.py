@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster
+from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster, ClusterError
 from integration.constants import FIRST, TRIGGER
 from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
 from integration.support import eventually
@@ -123,6 +123,12 @@ def make_user(cluster: Cluster, role: str, actions: str, *resources: str) -> Cre
 
 @pytest.fixture(scope="module")
 def granted(acl_cluster: Cluster) -> Granted:
+    release = acl_cluster.config.release
+    if not release.authorizes:
+        raise ClusterError(
+            f"RocketMQ {release.version}'s brokers cannot authorize here (integration/versions.py says why): "
+            "run this module on 4.9.7, 5.3.3 or 5.5.0"
+        )
     run = uuid.uuid4().hex[:8]
     topic, out, group, java_group = f"lp-in-{run}", f"lp-out-{run}", f"lp-group-{run}", f"lp-java-{run}"
     for name in (topic, out):
@@ -189,10 +195,14 @@ def test_a_reader_with_sub_only_streams_commits_and_follows_a_reset(
     finally:
         query.stop()
 
-    # RocketMQ's subscribing consumer, with the same user, in a group of its own.
+    # RocketMQ's Java consumer with the same user, in a group of its own: subscribed, from the
+    # first offset, committing at the end. The 5.x client's subscribed lite pull consumer read
+    # nothing from a 4.9.7 broker in two minutes, even as its admin, so there it pulls each queue from its min offset (a 4.9 broker
+    # checks no offset requests: SUB suffices) and commits nothing.
+    subscribed = not plain_acl(granted.cluster)
     java = granted.cluster.tool(
         "consume",
-        "--subscribe",
+        *(["--subscribe"] if subscribed else []),
         "--print",
         "--topic",
         granted.topic,
@@ -206,7 +216,8 @@ def test_a_reader_with_sub_only_streams_commits_and_follows_a_reset(
         granted.reader.secret_key,
     )
     assert keys(java) == keys(first) + keys(second)
-    assert granted.stored(granted.topic, granted.java_group) == granted.ends(granted.topic)
+    if subscribed:
+        assert granted.stored(granted.topic, granted.java_group) == granted.ends(granted.topic)
 
 
 def test_a_reader_with_sub_only_backfills(spark: Any, granted: Granted) -> None:
