@@ -220,19 +220,23 @@ def _acl_settings(config: ClusterConfig, store: Path) -> dict[str, str]:
     if config.release.acl is AclStyle.PLAIN:
         # The accounts live in $ROCKETMQ_HOME/conf/plain_acl.yml (write_plain_acl).
         return {"aclEnable": "true"}
-    return {
+    settings = {
         "authenticationEnabled": "true",
         "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
         "authenticationMetadataProvider": "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
         "initAuthenticationUser": json.dumps({"username": ACL_USER, "password": ACL_PASSWORD}),
         "innerClientAuthenticationCredentials": json.dumps({"accessKey": ACL_USER, "secretKey": ACL_PASSWORD}),
-        # Authorization too, as operators run it: ACL_USER is a super user (initAuthenticationUser
-        # makes one), every other user gets only what createAcl grants it.
-        "authorizationEnabled": "true",
-        "authorizationProvider": "org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
-        "authorizationMetadataProvider": "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
         "authConfigPath": str(store / "auth"),
     }
+    if config.release.authorizes:
+        # Authorization too, as operators run it: ACL_USER is a super user (initAuthenticationUser
+        # makes one), every other user gets only what createAcl grants it.
+        settings.update(
+            authorizationEnabled="true",
+            authorizationProvider="org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+            authorizationMetadataProvider="org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
+        )
+    return settings
 
 
 def write_plain_acl(workdir: Path) -> Path:
