@@ -16,6 +16,7 @@ Usage::
     python -m integration.cluster start [--version 4.9.7|5.3.3|5.5.0|5.5.1] [--brokers 2] [--proxy] ...
     python -m integration.cluster start --tls enforcing   # TLS only, with a test CA of the run's own
     python -m integration.cluster start --layout dledger --brokers 1   # replicas: integration/replicated.py
+    python -m integration.cluster start --store rocksdb   # 5.x consume queues in RocksDB ($ROCKETMQ_STORE)
     python -m integration.cluster status
     python -m integration.cluster stop
     python -m integration.cluster tool produce --topic T --count 10   # the Java test tool
@@ -37,6 +38,7 @@ from integration.cluster_config import (
     ACL_USER,
     BROKER_NAMES,
     CLUSTER_NAME,
+    CONSUME_QUEUE_STORES,
     DEFAULT_BROKER_PORTS,
     DEFAULT_NAMESRV_PORT,
     DEFAULT_PROXY_GRPC_PORT,
@@ -47,6 +49,8 @@ from integration.cluster_config import (
     PORT_OFFSET,
     PROXY_MODE_CLUSTER,
     PROXY_MODE_LOCAL,
+    STORE_ENV,
+    STORE_FILE,
     ClusterConfig,
     ClusterError,
     namesrv_name,
@@ -134,6 +138,12 @@ def _parser() -> argparse.ArgumentParser:
         help="how each broker name is served: one master, or replicas (integration/replicated.py)",
     )
     start.add_argument("--slave-read", action="store_true", help="slaveReadEnable: 5.x slaves serve pulls")
+    start.add_argument(
+        "--store",
+        choices=CONSUME_QUEUE_STORES,
+        default=None,
+        help=f"where the brokers keep their consume queues; rocksdb needs 5.x (default: ${STORE_ENV}, else {STORE_FILE})",
+    )
     start.add_argument("--keep-data", action="store_true", help="keep the stores of an earlier run")
     start.add_argument(
         "--tls",
@@ -190,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if opts.version:
             config.version = opts.version
+        if opts.store:
+            config.consume_queue_store = opts.store
         cluster = cluster_for(config).start(keep_data=opts.keep_data)
         ca_cert = {"caCert": str(cluster.ca_cert)} if config.tls_clients else {}
         print(

@@ -72,6 +72,18 @@ TIMER_WHEEL_MAJOR = 5
 # Flushing keeps the wheel for a restart; delivery does not wait for it (test_sink_versions.py).
 TIMER_SETTINGS = {"timerFlushIntervalMs": "10000", "timerGetMessageThreadNum": "1", "timerPutMessageThreadNum": "1"}
 
+# Where a broker keeps its consume queues: in files (every release) or, from 5.x on, in RocksDB
+# (MessageStoreConfig's storeType, whose values are StoreType's names). ROCKETMQ_STORE picks it for
+# every cluster a run starts, so the same tests run against either store.
+STORE_ENV = "ROCKETMQ_STORE"
+STORE_FILE = "file"
+STORE_ROCKSDB = "rocksdb"
+CONSUME_QUEUE_STORES = (STORE_FILE, STORE_ROCKSDB)
+STORE_TYPE_KEY = "storeType"
+STORE_TYPES = {STORE_FILE: "default", STORE_ROCKSDB: "defaultRocksDB"}
+# The first major release with a RocksDB consume queue store (4.9 has none).
+ROCKSDB_STORE_MAJOR = 5
+
 # A known user for authentication tests: an ACL 2.0 user on 5.x, a plain_acl.yml admin account
 # on 4.9.
 ACL_USER = "rocketmq"
@@ -85,6 +97,16 @@ CONSUME_QUEUE_FILE_ENTRIES = 30_000
 
 class ClusterError(RuntimeError):
     """The cluster could not be built, started, stopped or used."""
+
+
+def selected_store() -> str:
+    """The consume queue store ROCKETMQ_STORE names, or files; checked, so a typo fails at once."""
+    store = os.environ.get(STORE_ENV, "").strip() or STORE_FILE
+    if store not in CONSUME_QUEUE_STORES:
+        raise ClusterError(
+            f"{STORE_ENV}={store} is not a consume queue store; choose one of {', '.join(CONSUME_QUEUE_STORES)}"
+        )
+    return store
 
 
 @dataclass
@@ -134,6 +156,9 @@ class ClusterConfig:
     # replicated_config.UNCLEAN_CATCHUP_MS without its acknowledgements (haMaxTimeSlaveNotCatchup, 15 s by
     # default): how an operator who prefers availability loses acknowledged messages.
     unclean_election: bool = False
+    # Where the brokers keep their consume queues (STORE_FILE or, on 5.x, STORE_ROCKSDB); what
+    # ROCKETMQ_STORE names by default. RocksDB answers offsets and time searches from its own index.
+    consume_queue_store: str = field(default_factory=selected_store)
 
     @property
     def release(self) -> Release:
@@ -211,6 +236,8 @@ def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
         settings.update(_acl_settings(config, store))
     if config.release.major >= TIMER_WHEEL_MAJOR:
         settings.update(TIMER_SETTINGS if config.timer_messages else {"timerWheelEnable": "false"})
+    if config.consume_queue_store != STORE_FILE:
+        settings[STORE_TYPE_KEY] = STORE_TYPES[config.consume_queue_store]
     settings.update(config.extra_broker_settings)
     settings.update(config.broker_overrides.get(name, {}))
     return settings
@@ -355,4 +382,6 @@ def config_from_json(data: dict[str, Any]) -> ClusterConfig:
     data["extra_namesrv_ports"] = tuple(data.get("extra_namesrv_ports", ()))
     # A cluster recorded before the version switch ran the default release.
     data.setdefault("version", DEFAULT_VERSION)
+    # And one recorded before the store switch kept its queues in files.
+    data.setdefault("consume_queue_store", STORE_FILE)
     return ClusterConfig(**data)

@@ -34,6 +34,9 @@ from integration.cluster_config import (
     PROXY_MODE_CLUSTER,
     PROXY_MODE_LOCAL,
     PROXY_READY,
+    ROCKSDB_STORE_MAJOR,
+    STORE_ENV,
+    STORE_FILE,
     ClusterConfig,
     ClusterError,
     broker_settings,
@@ -108,6 +111,11 @@ class Cluster:
             raise ClusterError("brokers must be 0 (a name server alone), 1 or 2")
         if cfg.proxy and not cfg.release.has_proxy:
             raise ClusterError(f"RocketMQ {cfg.version} has no proxy; start it without one")
+        if cfg.consume_queue_store != STORE_FILE and cfg.release.major < ROCKSDB_STORE_MAJOR:
+            raise ClusterError(
+                f"RocketMQ {cfg.version} keeps its consume queues in files only (no storeType); "
+                f"start it with {STORE_ENV}={STORE_FILE} or without --store"
+            )
         busy = [p for p in self.all_ports() if port_open(p)]
         if busy:
             raise ClusterError(

@@ -330,17 +330,17 @@ class OffsetReader:
     def offsets_for_time(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> OffsetMap:
         """Per queue, the first offset stored at or after the time (the max offset if none is).
 
-        A 5.x broker answers just that. A 4.x broker answers only near it, and the store times of
-        the messages around its answer settle the offset (``time_search``): a pull of three
-        messages per queue in the usual case, a few rounds more where many share a store time.
+        A 5.x broker answers just that (-1 from a RocksDB consume queue with no entry left is read as its min
+        offset, the file store's answer). A 4.x broker answers only near it; store times around its answer settle
+        the offset (``time_search``): a pull of three messages per queue, more rounds where many share a store time.
         """
         answers = self._per_queue(
             queues, lambda q: calls.search_offset(q, timestamp_ms, Boundary.LOWER), "offsets by time"
         )
         found = {q: answer.offset for q, answer in answers.items() if not answer.nearest}
         near = {q: answer.offset for q, answer in answers.items() if answer.nearest}
-        if near:
-            found.update(time_search.first_at_or_after(near, timestamp_ms, self._pull_round))
+        found.update(time_search.first_at_or_after(near, timestamp_ms, self._pull_round))
+        found.update(self.min_offsets([q for q, offset in found.items() if offset < 0]))
         return {q: found[q] for q in answers}
 
     def stored_as(self, offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
