@@ -29,10 +29,8 @@ from rocketmq_spark.records.layout import first_stored_as
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Boundary, Call, PullResult, PullStatus, QueueOffsets
 from rocketmq_spark.remoting.cluster import Cluster, shared_cluster
-from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.errors import (
     AuthorizationError,
-    BrokerResponseError,
     NoReplicaError,
     ProtocolError,
     RocketMQError,
@@ -43,7 +41,7 @@ from rocketmq_spark.source import time_search
 from rocketmq_spark.source.commits import CommitResult, GroupCommits
 from rocketmq_spark.source.offsets import OffsetMap
 from rocketmq_spark.source.option_model import TOPIC, SourceOptions
-from rocketmq_spark.source.pull_measure import PullMeasure
+from rocketmq_spark.source.pull_measure import PullMeasure, no_stats
 from rocketmq_spark.source.routes import QueueRoutes, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -51,9 +49,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 K = TypeVar("K")
 
-# Answers to GET_TOPIC_STATS_INFO that mean "ask queue by queue": a proxy does not serve it, and
-# an ACL may allow the per-queue requests only.
-_NO_TOPIC_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
 # Logged once per query, by the driver (each query opens one OffsetReader; executors open none).
 UNVERIFIED_TLS_WARNING = (
     f"{TLS_VERIFY}=false: server certificates are not verified, so any server at the "
@@ -222,9 +217,7 @@ class OffsetReader:
         asked = {broker: a for _, broker, a in stats_of}
         from_slaves = self.read_from_slaves()
         for (_, broker, a), outcome in zip(stats_of, outcomes):
-            if isinstance(outcome, ProtocolError) or (
-                isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
-            ):
+            if isinstance(outcome, ProtocolError) or no_stats(outcome):
                 self._no_topic_stats.add(a)  # from now on, queue by queue
             elif isinstance(outcome, RocketMQError) and not_copied_yet(outcome, broker in from_slaves):
                 # Its max offsets would be 0, which is not where its queues stand: no replica
@@ -395,9 +388,7 @@ class OffsetReader:
             else []
         )
         for (_, _, address), outcome in zip(by_table, outcomes):
-            if isinstance(outcome, ProtocolError) or (
-                isinstance(outcome, BrokerResponseError) and outcome.code in _NO_TOPIC_STATS
-            ):
+            if isinstance(outcome, ProtocolError) or no_stats(outcome, self.measure.warned_group(group)):
                 self._no_group_stats.add(address)  # from now on, queue by queue
             elif not isinstance(outcome, RocketMQError):
                 found.update(outcome)

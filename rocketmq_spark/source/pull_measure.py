@@ -16,18 +16,32 @@ as moved. A time search has no such stand-in: it needs ``Get`` and says so.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Call, PullResult
-from rocketmq_spark.remoting.errors import AuthorizationError
+from rocketmq_spark.remoting.codes import ResponseCode
+from rocketmq_spark.remoting.errors import AuthorizationError, BrokerResponseError, RocketMQError
 from rocketmq_spark.remoting.grants import GET, TOPIC
 
 log = logging.getLogger(__name__)
 
 # Enough for the header's offsets; the message that may come with them is dropped.
 PROBE_MESSAGES = 1
+# Answers to topic or consume stats that mean "ask queue by queue": a proxy serves neither, and a
+# user without Get is refused both.
+_NO_STATS = frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.NO_PERMISSION})
+
+
+def no_stats(outcome: object, warned: Callable[[RocketMQError], None] | None = None) -> bool:
+    """Whether a broker's answer to topic or consume stats sends the question queue by queue;
+    ``warned`` is told of a refused grant (a proxy's refusal is no news)."""
+    if not isinstance(outcome, BrokerResponseError) or outcome.code not in _NO_STATS:
+        return False
+    if warned is not None and isinstance(outcome, AuthorizationError):
+        warned(outcome)
+    return True
 
 
 class PullMeasure:
@@ -37,6 +51,7 @@ class PullMeasure:
         self.group = group
         self.topics: set[str] = set()
         self._at: dict[MessageQueue, int] = {}
+        self._groups_warned: set[str] = set()
 
     def split(self, queues: Iterable[MessageQueue]) -> tuple[list[MessageQueue], list[MessageQueue]]:
         """The queues asked as usual, and those measured by pulls."""
@@ -69,3 +84,20 @@ class PullMeasure:
         """Keeps where the queue ends for its next pull."""
         self._at[queue] = result.max_offset
         return result
+
+    def warned_group(self, group: str) -> Callable[[RocketMQError], None]:
+        """What tells, once per group, that its stored offsets are asked queue by queue because
+        the user may not Get it (consume stats need Get on the group and topic)."""
+
+        def warn(error: RocketMQError) -> None:
+            if group in self._groups_warned:
+                return
+            self._groups_warned.add(group)
+            log.warning(
+                "consumer group '%s': the brokers refuse its consume stats (%s), so its stored offsets are "
+                "asked queue by queue; grant Get on the group and topic to ask one per broker (docs/security.md)",
+                group,
+                error,
+            )
+
+        return warn

@@ -34,7 +34,12 @@ def test_a_topic_the_user_may_not_get_is_measured_by_pulls(caplog: pytest.LogCap
     assert len(warned) == 1 and f"topic '{TOPIC}'" in warned[0] and f"Get on Topic:{TOPIC}" in warned[0]
 
     reader.commit(later)
-    sent = idle_trigger(reader, later, brokers)
+    with caplog.at_level(logging.WARNING):
+        sent = idle_trigger(reader, later, brokers)
+    # The group's stored offsets too: the brokers refuse its consume stats on that topic.
+    group_warned = [r.getMessage() for r in caplog.records if "refuse its consume stats" in r.getMessage()]
+    assert len(group_warned) == 1 and "consumer group 'g'" in group_warned[0]
+    assert "-a Sub,Get -d Allow" in group_warned[0]
     pulled = sum(1 for q in brokers.max if q.topic == TOPIC)
     assert sent.count(RequestCode.PULL_MESSAGE) == pulled  # one per queue of the topic
     assert sent.count(RequestCode.GET_MAX_OFFSET) == sum(1 for q in brokers.max if q.topic == OTHER)
