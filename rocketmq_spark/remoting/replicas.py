@@ -182,8 +182,13 @@ class Replicas:
 
     def read_replicas(self, topic: str, broker_name: str, queue_id: int | None = None) -> list[tuple[int, str]]:
         """The replicas to pull a queue of ``broker_name`` from, as (broker id, address), best
-        first (see the module's rules); empty while no replica of it is registered."""
-        broker = self.route(topic).brokers.get(broker_name)
+        first (see the module's rules); empty while no replica of it is registered, the topic's
+        whole route included: a name server that restarted knows no topic until the brokers'
+        next registration, up to 30 s later, and a read under way waits that out."""
+        try:
+            broker = self.route(topic).brokers.get(broker_name)
+        except TopicNotFoundError:
+            return []
         if broker is None:
             return []
         master = broker.addresses.get(MASTER_BROKER_ID)

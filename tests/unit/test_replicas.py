@@ -252,6 +252,27 @@ def test_a_topic_not_found_is_the_answer_for_a_second_then_asked_again() -> None
     assert names.asked == 2
 
 
+def test_a_read_under_way_waits_out_a_name_server_that_knows_no_topic_yet() -> None:
+    """A name server restarted knows no route until the brokers register again: a pull whose
+    route is due then finds no replica (retriable), not an unknown topic (fatal to a task)."""
+    found, names, clock = replicas({0: MASTER})
+    assert found.read_replica(TOPIC, "broker-a") == (0, MASTER)
+    known = names.route
+
+    def restarted(topic: str) -> TopicRoute:
+        names.asked += 1
+        raise TopicNotFoundError(17, f"No topic route info in name server for the topic: {topic}")
+
+    found.fetch_route = restarted
+    clock.now += ROUTE_REFRESH_S
+    with pytest.raises(NoReplicaError, match="broker-a") as caught:
+        found.read_replica(TOPIC, "broker-a")
+    assert caught.value.retriable
+    found.fetch_route = known  # the brokers registered again
+    clock.now += MIN_ROUTE_REFRESH_S
+    assert found.read_replica(TOPIC, "broker-a") == (0, MASTER)
+
+
 def test_only_a_master_says_a_topic_is_gone() -> None:
     """A slave's "no such topic" waits for its copy or the master; a master's is the answer, and
     other errors are not this rule's to judge."""
