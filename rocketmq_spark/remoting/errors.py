@@ -299,17 +299,13 @@ def error_for_response(
     So NO_PERMISSION is always an AuthenticationError, and SYSTEM_ERROR is one
     when its remark matches those messages.
     """
-    cls: type[BrokerResponseError] = BrokerResponseError
     refused = code == codes.ResponseCode.NO_PERMISSION or (
-        code == codes.ResponseCode.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark)
+        code == codes.ResponseCode.SYSTEM_ERROR and bool(remark and _AUTH_FAILURE_REMARK.search(remark))
     )
-    denied = grants.denial(request_code, remark) if refused else None
-    if denied is not None:
-        return AuthorizationError(denied, code, remark, request_code=request_code, address=address)
-    if code == codes.ResponseCode.NO_PERMISSION:
-        cls = AuthenticationError
-    elif code == codes.ResponseCode.SYSTEM_ERROR and remark and _AUTH_FAILURE_REMARK.search(remark):
-        cls = AuthenticationError
-    elif code == codes.ResponseCode.TOPIC_NOT_EXIST:
-        cls = TopicNotFoundError
+    if refused:
+        denied = grants.denial(request_code, remark)
+        if denied is not None:
+            return AuthorizationError(denied, code, remark, request_code=request_code, address=address)
+        return AuthenticationError(code, remark, request_code=request_code, address=address)
+    cls = TopicNotFoundError if code == codes.ResponseCode.TOPIC_NOT_EXIST else BrokerResponseError
     return cls(code, remark, request_code=request_code, address=address)
