@@ -570,15 +570,8 @@ public final class Tool {
      */
     private static void consumeBySubscription(Args args, String topic, String group, int batchSize, Reading reading)
         throws Exception {
-        RPCHook hook = rpcHook(args);
-        DefaultLitePullConsumer c = hook == null ? new DefaultLitePullConsumer(group)
-            : new DefaultLitePullConsumer(group, hook);
-        c.setNamesrvAddr(args.required("ns"));
-        c.setInstanceName("it-subscriber-" + System.nanoTime());
-        c.setMqClientApiTimeout((int) TIMEOUT_MS);
+        DefaultLitePullConsumer c = litePullConsumer(args, group, batchSize, "it-subscriber-");
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        c.setAutoCommit(false);
-        c.setPullBatchSize(batchSize);
         c.subscribe(topic, SUBSCRIBE_ALL);
         c.start();
         try {
@@ -591,16 +584,23 @@ public final class Tool {
         }
     }
 
-    private static void consumeByLitePull(Args args, String topic, String group, int batchSize, Reading reading)
+    /** A lite pull consumer of the group, signed if the args carry keys, committing only when told. */
+    private static DefaultLitePullConsumer litePullConsumer(Args args, String group, int batchSize, String instance)
         throws Exception {
         RPCHook hook = rpcHook(args);
         DefaultLitePullConsumer c = hook == null ? new DefaultLitePullConsumer(group)
             : new DefaultLitePullConsumer(group, hook);
         c.setNamesrvAddr(args.required("ns"));
-        c.setInstanceName("it-consumer-" + System.nanoTime());
+        c.setInstanceName(instance + System.nanoTime());
         c.setMqClientApiTimeout((int) TIMEOUT_MS);
         c.setAutoCommit(false);
         c.setPullBatchSize(batchSize);
+        return c;
+    }
+
+    private static void consumeByLitePull(Args args, String topic, String group, int batchSize, Reading reading)
+        throws Exception {
+        DefaultLitePullConsumer c = litePullConsumer(args, group, batchSize, "it-consumer-");
         c.start();
         try {
             List<MessageQueue> queues = new ArrayList<>(c.fetchMessageQueues(topic));
