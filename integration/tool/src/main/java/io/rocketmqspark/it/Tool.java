@@ -401,6 +401,8 @@ public final class Tool {
         Random random = new Random(count);
         long started = System.nanoTime();
         int sent = 0;
+        Map<String, SendResult> lastPerBroker = new HashMap<>();
+        Map<String, Integer> lastCount = new HashMap<>();
         try {
             while (sent < count) {
                 int n = Math.min(batch, count - sent);
@@ -426,14 +428,52 @@ public final class Tool {
                 if (!quiet) {
                     report(r, msgs, printBody);
                 }
+                lastPerBroker.put(r.getMessageQueue().getBrokerName(), r);
+                lastCount.put(r.getMessageQueue().getBrokerName(), n);
                 sent += n;
                 pace(rate, sent, started);
             }
+            Map<MessageQueue, Long> ends = new HashMap<>();
+            lastPerBroker.forEach((b, r) -> ends.put(r.getMessageQueue(), r.getQueueOffset() + lastCount.get(b)));
+            awaitDispatched(producer, ends);
         } finally {
             producer.shutdown();
         }
         double secs = (System.nanoTime() - started) / 1e9;
         System.err.printf("sent %d messages in %.2fs%n", sent, secs);
+    }
+
+    private static final long DISPATCH_WAIT_MS = 20_000;
+    private static final long DISPATCH_POLL_MS = 50;
+
+    /**
+     * A send returns once the commit log holds the message; its queue entry is written a moment
+     * later, and on a loaded machine a test reading max offsets at once saw hundreds missing. Wait
+     * until each broker's last send shows in its queue: a broker writes queue entries in commit
+     * log order, so the earlier sends show too. Best effort: a broker that no longer answers (a
+     * fault test killed it) is not waited for.
+     */
+    private static void awaitDispatched(DefaultMQProducer producer, Map<MessageQueue, Long> ends)
+        throws InterruptedException {
+        long deadline = System.currentTimeMillis() + DISPATCH_WAIT_MS;
+        for (Map.Entry<MessageQueue, Long> e : ends.entrySet()) {
+            while (true) {
+                long max;
+                try {
+                    max = producer.maxOffset(e.getKey());
+                } catch (Exception gone) {
+                    break;
+                }
+                if (max >= e.getValue()) {
+                    break;
+                }
+                if (System.currentTimeMillis() > deadline) {
+                    System.err.printf("%s shows max offset %d, not yet %d%n", e.getKey(), max, e.getValue());
+                    break;
+                }
+                Thread.sleep(DISPATCH_POLL_MS);
+            }
+        }
     }
 
     // A broker under load refuses a send it took too long to start (SYSTEM_BUSY, "broker busy,
