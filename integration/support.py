@@ -312,15 +312,22 @@ class PushConsumer:
 
     def allocations(self, topic: str) -> list[dict[str, Any]]:
         """Each rebalance of the topic: the members it counted and the queues it took."""
-        return [e for e in list(self.events) if e["event"] == "allocate" and e["topic"] == topic]
+        return [e for e in list(self.events) if e.get("event") == "allocate" and e["topic"] == topic]
+
+    def messages(self) -> list[dict[str, Any]]:
+        """Each message delivered so far (with ``--print``), as the consume command prints one."""
+        return [e for e in list(self.events) if "event" not in e]
 
 
 @contextmanager
-def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int) -> Iterator[PushConsumer]:
+def push_consumer(
+    rocketmq: ClusterHandle, topic: str, group: str, seconds: int, *extra: str
+) -> Iterator[PushConsumer]:
     """A push consumer of the topic in the group, registered with every broker of the topic when
-    this yields; stopped on leaving the block if its time has not run out yet."""
+    this yields; stopped on leaving the block if its time has not run out yet. ``extra``: the
+    command's options, e.g. ``--print --from-first`` for a consumer tailing the topic."""
     cmd = tool_command(
-        rocketmq.namesrv_addr, "push-consume", "--topic", topic, "--group", group, "--seconds", str(seconds)
+        rocketmq.namesrv_addr, "push-consume", "--topic", topic, "--group", group, "--seconds", str(seconds), *extra
     )
     consumer = PushConsumer(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     started = threading.Event()
@@ -331,7 +338,7 @@ def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int)
             if line.startswith("{"):
                 event = json.loads(line)
                 consumer.events.append(event)
-                if event["event"] == "started":
+                if event.get("event") == "started":
                     consumer.client_id = event["clientId"]
                     started.set()
         started.set()  # it ended: the wait below finds no client id

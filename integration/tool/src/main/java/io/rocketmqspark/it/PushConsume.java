@@ -17,6 +17,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *
  * <p>Prints {@code {"event":"started","clientId":...}} once registered with the brokers, one
  * {@code {"event":"allocate",...}} line per rebalance of a topic, and {@code {"event":"stopped"}}.
+ * With {@code --print}, also each message as it is delivered (the consume command's line, which has
+ * no "event"): a consumer tailing a topic, to show what an application would have been given while
+ * it happened. {@code --from-first} starts a new group at the first offset instead of the last.
  */
 final class PushConsume {
     private static final long MS_PER_SECOND = 1000;
@@ -29,11 +32,20 @@ final class PushConsume {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(args.required("group"));
         consumer.setNamesrvAddr(args.required("ns"));
         consumer.setInstanceName("it-push-" + System.nanoTime());
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.setConsumeFromWhere(args.has("from-first")
+            ? ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET : ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        boolean printMessages = args.has("print");
         consumer.subscribe(topic, "*");
         consumer.setAllocateMessageQueueStrategy(new Reporting(new AllocateMessageQueueAveragely()));
-        consumer.registerMessageListener(
-            (MessageListenerConcurrently) (messages, context) -> ConsumeConcurrentlyStatus.CONSUME_SUCCESS);
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            if (printMessages) {
+                synchronized (PushConsume.class) {
+                    messages.forEach(Tool::printMessage);
+                    System.out.flush();
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
         consumer.start();  // returns after the first heartbeat to every broker of the topic
         print("{\"event\":\"started\",\"clientId\":" + Tool.Json.str(consumer.buildMQClientId()) + "}");
         try {
@@ -45,8 +57,10 @@ final class PushConsume {
     }
 
     private static void print(String line) {
-        System.out.println(line);
-        System.out.flush();
+        synchronized (PushConsume.class) {
+            System.out.println(line);
+            System.out.flush();
+        }
     }
 
     /** The default allocation, reported: which members it counted, and what it gave this one. */

@@ -129,7 +129,8 @@ public final class Tool {
             "  offsets --topic T --group G",
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
-            "  push-consume --topic T --group G --seconds S (a push consumer online for S seconds)",
+            "  push-consume --topic T --group G --seconds S [--print --from-first]",
+            "          (a push consumer online for S seconds; --print: each message it is given)",
             "  produce-bench --topic T --messages N [--mode sync|async|batch] [--threads 2] [--window 64]",
             "          [--batch-bytes 1048576] [--body-size 1024] [--warmup N --warmup-topic W]",
             "          (the producer's throughput and CPU, one JSON line; ProduceBench has the method)",
@@ -736,7 +737,7 @@ public final class Tool {
         }
     }
 
-    private static void printMessage(MessageExt m) {
+    static void printMessage(MessageExt m) {
         System.out.println("{\"msgId\":" + Json.str(m.getMsgId())
             + ",\"offsetMsgId\":" + Json.strOrNull(m instanceof MessageClientExt ce ? ce.getOffsetMsgId() : m.getMsgId())
             + ",\"topic\":" + Json.str(m.getTopic())
