@@ -72,6 +72,28 @@ TIMER_WHEEL_MAJOR = 5
 # Flushing keeps the wheel for a restart; delivery does not wait for it (test_sink_versions.py).
 TIMER_SETTINGS = {"timerFlushIntervalMs": "10000", "timerGetMessageThreadNum": "1", "timerPutMessageThreadNum": "1"}
 
+# Transaction check-backs within seconds instead of a minute (defaults: a half is checked once
+# older than 6 s, every 60 s, at most 15 times): a broker checks a half older than
+# TRANSACTION_TIMEOUT_MS every TRANSACTION_CHECK_INTERVAL_MS, making a copy of it each time, and
+# after TRANSACTION_CHECK_MAX checks sets it aside (TRANS_CHECK_MAX_TIME_TOPIC). Exactly-once's
+# tests count what a consumer sees only after that window, so a copy committed by mistake shows.
+TRANSACTION_TIMEOUT_MS = 1_000
+TRANSACTION_CHECK_INTERVAL_MS = 1_000
+TRANSACTION_CHECK_MAX = 3
+SHORT_TRANSACTION_CHECKS = {
+    "transactionTimeOut": str(TRANSACTION_TIMEOUT_MS),
+    "transactionCheckInterval": str(TRANSACTION_CHECK_INTERVAL_MS),
+    "transactionCheckMax": str(TRANSACTION_CHECK_MAX),
+}
+# From a half's send until the brokers have checked it every time and set it aside, with a few
+# intervals to spare for a loaded machine.
+TRANSACTION_CHECKS_SPARE = 3
+PAST_THE_CHECKS_S = (
+    TRANSACTION_TIMEOUT_MS + (TRANSACTION_CHECK_MAX + TRANSACTION_CHECKS_SPARE) * TRANSACTION_CHECK_INTERVAL_MS
+) / 1_000
+# From a half's send until a first check-back has come and its answer would have been put.
+FIRST_CHECK_DONE_S = (TRANSACTION_TIMEOUT_MS + 2 * TRANSACTION_CHECK_INTERVAL_MS) / 1_000
+
 # Where a broker keeps its consume queues: in files (every release) or, from 5.x on, in RocksDB
 # (MessageStoreConfig's storeType, whose values are StoreType's names). ROCKETMQ_STORE picks it for
 # every cluster a run starts, so the same tests run against either store.
@@ -159,6 +181,8 @@ class ClusterConfig:
     # Where the brokers keep their consume queues (STORE_FILE or, on 5.x, STORE_ROCKSDB); what
     # ROCKETMQ_STORE names by default. RocksDB answers offsets and time searches from its own index.
     consume_queue_store: str = field(default_factory=selected_store)
+    # SHORT_TRANSACTION_CHECKS: the brokers check back halves within seconds.
+    short_transaction_checks: bool = False
 
     @property
     def release(self) -> Release:
@@ -238,6 +262,8 @@ def broker_settings(config: ClusterConfig, index: int) -> dict[str, str]:
         settings.update(TIMER_SETTINGS if config.timer_messages else {"timerWheelEnable": "false"})
     if config.consume_queue_store != STORE_FILE:
         settings[STORE_TYPE_KEY] = STORE_TYPES[config.consume_queue_store]
+    if config.short_transaction_checks:
+        settings.update(SHORT_TRANSACTION_CHECKS)
     settings.update(config.extra_broker_settings)
     settings.update(config.broker_overrides.get(name, {}))
     return settings

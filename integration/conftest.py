@@ -58,13 +58,20 @@ ACL_BROKER_PORT = shifted(20911)
 
 @pytest.fixture(scope="session")
 def rocketmq() -> Iterator[ClusterHandle]:
-    """Two brokers (masters broker-a and broker-b), SQL92 on and, on 5.x, the proxy in cluster mode."""
+    """Two brokers (masters broker-a and broker-b), SQL92 on, transaction check-backs within
+    seconds and, on 5.x, the proxy in cluster mode."""
     external = os.environ.get("ROCKETMQ_NAMESRV")
     version = selected_version()
     if external:
         yield ClusterHandle(external, os.environ.get("ROCKETMQ_PROXY"), None, version)
         return
-    config = ClusterConfig(version=version, brokers=2, proxy=release(version).has_proxy, property_filter=True)
+    config = ClusterConfig(
+        version=version,
+        brokers=2,
+        proxy=release(version).has_proxy,
+        property_filter=True,
+        short_transaction_checks=True,
+    )
     cluster = Cluster(config)
     cluster.start()
     try:

@@ -16,7 +16,18 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from integration.support import ClusterHandle, create_topic, eventually, max_offsets, produce, stream
+from integration.cluster_config import FIRST_CHECK_DONE_S
+from integration.support import (
+    ClusterHandle,
+    PushConsumer,
+    create_topic,
+    eventually,
+    max_offsets,
+    position,
+    produce,
+    push_consumer,
+    stream,
+)
 from integration.tests.test_sink import expected_queue
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
@@ -39,24 +50,37 @@ CUT_ROWS = 90
 ORDER_ROWS = 400
 ORDER_BATCHES = 4
 ORDER_KEYS = 6
-# How long the queues must hold still before they are read, and the longest wait for them to fill.
-QUIET_S = 1.0
+# The longest wait for the queues to fill.
 WAIT_S = 30.0
+# Longer than a test runs with a consumer tailing its target (it is stopped at the test's end).
+TAIL_S = 900
 # A refusal comes before any task runs: seconds, whatever the retry budgets.
 REFUSED_WITHIN_S = 30.0
 
 
 def java_bodies(rocketmq: ClusterHandle, topic: str, expected: int = 0) -> list[str]:
     """Every message body of the topic, as RocketMQ's Java consumer reads it, once its queues hold
-    at least ``expected`` messages and stopped growing (a committed message enters its consume
-    queue a moment after the COMMIT's answer; a duplicate would enter with it)."""
+    at least ``expected`` messages and the brokers' first check-back of the halves sent so far has
+    come (the session's brokers check within seconds: ``SHORT_TRANSACTION_CHECKS``), so a copy
+    committed by mistake, like a duplicate COMMIT, would be among them."""
     eventually(lambda: stored_count(rocketmq, topic) >= expected, f"{topic} never held {expected} messages", WAIT_S)
-    time.sleep(QUIET_S)
+    time.sleep(FIRST_CHECK_DONE_S)
     stored = stored_count(rocketmq, topic)
     if stored == 0:
         return []
     messages = rocketmq.tool("consume", "--topic", topic, "--count", str(stored), "--print")
     return sorted(base64.b64decode(m["body"]).decode() for m in messages)
+
+
+def tailed_bodies(tail: PushConsumer, expected: int) -> list[str]:
+    """The bodies a tailing push consumer was given, one per stored message (a push consumer may
+    be given a message twice; a message stored twice has two positions), once it had ``expected``."""
+
+    def given() -> dict[tuple[str, int, int], str]:
+        return {position(m): base64.b64decode(m["body"]).decode() for m in tail.messages()}
+
+    eventually(lambda: len(given()) >= expected, f"the tailing consumer was not given {expected} messages", WAIT_S)
+    return sorted(given().values())
 
 
 def stored_count(rocketmq: ClusterHandle, topic: str) -> int:
@@ -159,13 +183,17 @@ def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart
         return query.exception()
 
     produce(rocketmq, origin, 300, "--body", "first-{i}", "--quiet", broker="broker-a", queue=0)
-    error = run()
-    assert error is not None and "a task failing after it sent rows" in str(error)
-    assert java_bodies(rocketmq, target) == [], "an aborted batch's halves must stay invisible"
-    produce(rocketmq, origin, 200, "--body", "second-{i}", "--quiet")
-    assert run() is None  # the failed batch again (new halves), then one of the new messages
-    expected = sorted([f"FIRST-{i}" for i in range(300)] + [f"SECOND-{i}" for i in range(200)])
-    assert java_bodies(rocketmq, target, len(expected)) == expected
+    # An application's consumer tails the target all along, as RocketMQ's Java client delivers.
+    with push_consumer(rocketmq, target, unique("eo-tail"), TAIL_S, "--print", "--from-first") as tail:
+        error = run()
+        assert error is not None and "a task failing after it sent rows" in str(error)
+        assert java_bodies(rocketmq, target) == [], "an aborted batch's halves must stay invisible"
+        assert tail.messages() == [], "the tailing consumer was given rows of an aborted batch"
+        produce(rocketmq, origin, 200, "--body", "second-{i}", "--quiet")
+        assert run() is None  # the failed batch again (new halves), then one of the new messages
+        expected = sorted([f"FIRST-{i}" for i in range(300)] + [f"SECOND-{i}" for i in range(200)])
+        assert java_bodies(rocketmq, target, len(expected)) == expected
+        assert tailed_bodies(tail, len(expected)) == expected
     # The driver died after the sink's commit and before Spark's commit log: Spark runs the last
     # batch again and commits it a second time; the sink finds it done and publishes nothing.
     commits = checkpoint / "commits"

@@ -1,6 +1,8 @@
 """The exactly-once sink's driver SIGKILLed at each moment of its protocol, and the query
 restarted on its checkpoint each time: what RocketMQ's Java consumer finds at the end is each
-source message once. Each kill lands at its moment, not near it: the process is started with the
+source message once. Between the kill after the decision and the next run, the brokers check
+back every decided half until they set it aside (the session's brokers do so within seconds):
+the restart commits originals whose checks gave up. Each kill lands at its moment, not near it: the process is started with the
 moment named in its environment (``sink/crash_points.py``), stops there, and says so in a file
 the test waits for; the test then checks on the brokers and in the checkpoint that the moment
 was the one meant.
@@ -19,16 +21,23 @@ from typing import Any
 
 import pytest
 
-from integration.cluster_config import LAYOUT_MASTER_SLAVE
+from integration.cluster_config import LAYOUT_MASTER_SLAVE, PAST_THE_CHECKS_S
 from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
-from integration.support import ClusterHandle, create_topic, produce
+from integration.support import ClusterHandle, create_topic, eventually, produce
 from integration.tests.test_exactly_once import halves_stored, java_bodies, stored_count, topics
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import calls
+from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, Point
+from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT
 from rocketmq_spark.sink.decisions import State
 from rocketmq_spark.sink.exactly_once import async_replicated
 from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.scans import scan
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +45,30 @@ ROWS = 400
 # From a run's start to its pause: a Spark start, the plan and the tasks' sends.
 PAUSE_WITHIN_S = 180.0
 RUN_TIMEOUT_S = 240.0
+# Where a broker puts a half it has checked transactionCheckMax times
+# (TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC; one queue).
+SET_ASIDE_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SET_ASIDE_WAIT_S = 4 * PAST_THE_CHECKS_S
+READER_GROUP = "eo-set-aside-reader"
+
+
+def set_aside(rocketmq: ClusterHandle, topic: str, marks: set[str]) -> int:
+    """How many distinct halves of the attempts ``marks`` the brokers serving ``topic`` set aside."""
+    seen: set[str] = set()
+    with RocketMQClient(ClientConfig(name_servers=(rocketmq.namesrv_addr,))) as client:
+        route = client.topic_route(topic)
+        for broker in route.brokers:
+            address = route.master_address(broker)
+            assert address is not None
+            queue = MessageQueue(SET_ASIDE_TOPIC, broker, 0)
+            try:
+                end = client.call(address, calls.max_offset(queue))
+            except RocketMQError:
+                continue  # the broker has set nothing aside yet: no such topic
+            for message in scan(client, address, queue, READER_GROUP, 0, end, Retry()):
+                if message.properties.get(PROPERTY_ATTEMPT) in marks and message.unique_key:
+                    seen.add(message.unique_key)
+    return len(seen)
 
 
 @pytest.mark.eo_faults
@@ -104,6 +137,15 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
             assert stored == 0
         elif point is Point.DECIDED:
             assert state is State.DECIDED and stored == 0
+            # The next run starts only once the brokers gave up checking every decided half.
+            decision = next(d for k, d in records.read(whole=True).decisions.items() if k.endswith("/0"))
+            marks = {task.mark for task in decision.tasks}
+            eventually(
+                lambda marks=marks, count=decision.count: set_aside(rocketmq, target, marks) == count,  # type: ignore[misc]
+                f"the brokers did not set the {decision.count} decided halves aside",
+                SET_ASIDE_WAIT_S,
+            )
+            print(f"the brokers set the {decision.count} decided halves aside")
         else:
             assert state is State.DONE
     driver = Driver(sys.executable, tmp_path / "run-end")

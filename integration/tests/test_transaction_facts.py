@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from integration.cluster_config import BROKER_A, ClusterConfig, shifted
+from integration.cluster_config import (
+    BROKER_A,
+    PAST_THE_CHECKS_S,
+    TRANSACTION_CHECK_MAX,
+    ClusterConfig,
+    shifted,
+)
 from integration.support import ClusterHandle, create_topic, create_topic_on_broker, eventually, own_cluster
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.records.outgoing import UniqueIds, encode_properties, message_properties
@@ -38,11 +44,7 @@ pytestmark = pytest.mark.integration
 
 NAMESRV_PORT = shifted(21876)
 BROKER_PORT = shifted(22911)
-TIMEOUT_MS = 1_000
-CHECK_INTERVAL_MS = 1_000
-CHECK_MAX = 3
-# Long enough for the broker to have checked a half CHECK_MAX times and set it aside.
-PAST_THE_CHECKS_S = (TIMEOUT_MS + (CHECK_MAX + 3) * CHECK_INTERVAL_MS) / 1_000
+CHECK_MAX = TRANSACTION_CHECK_MAX
 QUIET_S = 3.0
 WAIT_S = 30.0
 # A topic the proxy lets halves through to (it checks the topic's message type; brokers do not).
@@ -59,11 +61,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
         namesrv_port=NAMESRV_PORT,
         broker_ports=(BROKER_PORT,),
         timer_messages=False,
-        extra_broker_settings={
-            "transactionTimeOut": str(TIMEOUT_MS),
-            "transactionCheckInterval": str(CHECK_INTERVAL_MS),
-            "transactionCheckMax": str(CHECK_MAX),
-        },
+        short_transaction_checks=True,
     )
     with own_cluster(config) as handle:
         yield handle
