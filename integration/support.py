@@ -320,9 +320,7 @@ class PushConsumer:
 
 
 @contextmanager
-def push_consumer(
-    rocketmq: ClusterHandle, topic: str, group: str, seconds: int, *extra: str
-) -> Iterator[PushConsumer]:
+def push_consumer(rocketmq: ClusterHandle, topic: str, group: str, seconds: int, *extra: str) -> Iterator[PushConsumer]:
     """A push consumer of the topic in the group, registered with every broker of the topic when
     this yields; stopped on leaving the block if its time has not run out yet. ``extra``: the
     command's options, e.g. ``--print --from-first`` for a consumer tailing the topic."""
