@@ -327,6 +327,36 @@ def proxy_settings(config: ClusterConfig) -> dict[str, Any]:
     }
     if config.tls_clients:
         settings.update(tls_proxy_settings(config.workdir))
+    if config.acl and config.release.acl is AclStyle.ACL2 and config.proxy_mode == PROXY_MODE_CLUSTER:
+        settings.update(_proxy_acl_settings(config))
+    return settings
+
+
+def _proxy_acl_settings(config: ClusterConfig) -> dict[str, Any]:
+    """ACL 2.0 on a cluster-mode proxy, as the brokers run it, with the users and ACLs the brokers
+    keep (the proxy reads rmq-proxy.json as its AuthConfig too: 5.3.3's proxy Configuration.init).
+
+    The proxy signs everything it sends the brokers as ACL_USER (enableAclRpcHookForClusterMode
+    with innerClientAuthenticationCredentials: DefaultMessagingProcessor.createForClusterMode);
+    unsigned, the brokers refuse its system topic and it does not start, nor could it look up a
+    user or an ACL. Forwarded requests are re-signed as ACL_USER too (AclClientRPCHook replaces the
+    client's AccessKey and Signature), so the proxy itself must check each client: its remoting
+    and gRPC pipelines authenticate and authorize with these settings, the metadata coming from a
+    broker (ProxyAuthenticationMetadataProvider, ProxyAuthorizationMetadataProvider).
+    """
+    settings: dict[str, Any] = {
+        "enableAclRpcHookForClusterMode": True,
+        "innerClientAuthenticationCredentials": json.dumps({"accessKey": ACL_USER, "secretKey": ACL_PASSWORD}),
+        "authenticationEnabled": True,
+        "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+        "authenticationMetadataProvider": "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMetadataProvider",
+    }
+    if config.release.authorizes:
+        settings.update(
+            authorizationEnabled=True,
+            authorizationProvider="org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+            authorizationMetadataProvider="org.apache.rocketmq.proxy.auth.ProxyAuthorizationMetadataProvider",
+        )
     return settings
 
 

@@ -53,6 +53,8 @@ _ACCEPTED: Final[dict[tuple[int, str], tuple[str, ...]]] = {
     (RequestCode.SEND_MESSAGE_V2, TOPIC): (PUB,),
     (RequestCode.SEND_BATCH_MESSAGE, TOPIC): (PUB,),
     (RequestCode.END_TRANSACTION, TOPIC): (PUB,),
+    # A 5.x proxy checks routes too (the name server does not): any of these on the topic.
+    (RequestCode.GET_ROUTEINFO_BY_TOPIC, TOPIC): (PUB, SUB, GET),
 }
 _WRITES: Final = frozenset(
     {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.END_TRANSACTION}
@@ -62,6 +64,9 @@ _WRITES: Final = frozenset(
 # grant line adds the refused request's own action (a search by time needs Get).
 _READER_NEEDS: Final[dict[str, tuple[str, ...]]] = {TOPIC: (SUB,), GROUP: (SUB,)}
 _WRITER_NEEDS: Final[dict[str, tuple[str, ...]]] = {TOPIC: (PUB,), GROUP: (SUB,)}
+# A refused route says nothing of the use, which readers and writers share: the grant line for
+# each use, reading (Sub) or writing (Pub).
+_ROUTE_USES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (("read", (SUB,)), ("write", (PUB,)))
 
 _ACL2_DENIAL: Final = re.compile(
     r"(?P<subject>\S+) has no permission to access (?P<type>[A-Za-z]+):(?P<name>\S+) from \S+?, (?P<why>.*)"
@@ -79,6 +84,8 @@ class Denial:
     needed: tuple[str, ...]  # the actions the refused request accepts, any one of them
     grant_actions: tuple[str, ...]
     plain_acl: bool
+    # Where the request names no use (a route): per use, the actions to grant instead.
+    uses: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def resource(self) -> str:
@@ -94,12 +101,20 @@ class Denial:
                 f"The accessKey's account needs {needed} on {self.resource}: add '{self.name}={perms}' to its "
                 f"{key} in plain_acl.yml (see docs/security.md)"
             )
-        actions = ",".join(self.grant_actions)
+        if self.uses:
+            lines = ", or ".join(f"{self._grant_line(actions)} to {use} it" for use, actions in self.uses)
+        else:
+            lines = self._grant_line(self.grant_actions)
         return (
-            f"The user needs {needed} on {self.resource}; grant it with: mqadmin createAcl -n <nameServer> "
-            f"-c <cluster> -s User:<accessKey> -r {self.resource} -a {actions} -d Allow "
+            f"The user needs {needed} on {self.resource}; grant it with: {lines} "
             f"(this replaces the user's actions on {self.resource}: keep in -a any other it needs; "
             "docs/security.md lists them per use)"
+        )
+
+    def _grant_line(self, actions: tuple[str, ...]) -> str:
+        return (
+            "mqadmin createAcl -n <nameServer> -c <cluster> -s User:<accessKey> "
+            f"-r {self.resource} -a {','.join(actions)} -d Allow"
         )
 
 
@@ -119,4 +134,5 @@ def denial(request_code: int | None, remark: str | None) -> Denial | None:
     needed = _ACCEPTED.get((request_code, resource_type), ()) if request_code is not None else ()
     needs = _WRITER_NEEDS if request_code in _WRITES else _READER_NEEDS
     grant = tuple(dict.fromkeys(needs.get(resource_type, ()) + needed[:1]))
-    return Denial(resource_type, found["name"].rstrip(".,"), needed, grant, plain)
+    uses = _ROUTE_USES if request_code == RequestCode.GET_ROUTEINFO_BY_TOPIC and resource_type == TOPIC else ()
+    return Denial(resource_type, found["name"].rstrip(".,"), needed, grant, plain, uses)

@@ -56,6 +56,19 @@ def test_the_proxy_s_system_error_names_the_grant_too() -> None:
     assert error.denial.resource == "Group:g1" and error.denial.needed == ("Sub",)
 
 
+def test_a_route_the_proxy_refuses_names_the_grant_of_each_use() -> None:
+    """A 5.x proxy checks GET_ROUTEINFO_BY_TOPIC (any of Pub, Sub, Get on the topic), which
+    readers and writers both send first: the error gives the line for reading and for writing."""
+    error = error_for_response(
+        ResponseCode.SYSTEM_ERROR, acl2("Topic:out"), request_code=RequestCode.GET_ROUTEINFO_BY_TOPIC, address=ADDRESS
+    )
+    assert isinstance(error, AuthorizationError)
+    text = str(error)
+    assert "The user needs Pub or Sub or Get on Topic:out" in text, text
+    line = "mqadmin createAcl -n <nameServer> -c <cluster> -s User:<accessKey> -r Topic:out"
+    assert f"{line} -a Sub -d Allow to read it, or {line} -a Pub -d Allow to write it" in text, text
+
+
 @pytest.mark.parametrize(
     ("code", "remark", "entry"),
     [
