@@ -9,10 +9,14 @@ was the one meant.
 
 One Spark process per run (``sparkjobs.py drive``), killed with its whole process group (the
 Python driver, its JVM and its Python workers), as a crashed host would leave it.
+
+A broker, too, is SIGKILLed at the decision: the paused driver is then let go on (a resume file)
+and meets it dead, and a run on the checkpoint after its restart finishes the batch.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -21,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from integration.cluster_config import LAYOUT_MASTER_SLAVE, PAST_THE_CHECKS_S
+from integration.cluster_config import BROKER_NAMES, LAYOUT_MASTER_SLAVE, PAST_THE_CHECKS_S, ClusterConfig, shifted
+from integration.constants import POLL_S
 from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
-from integration.support import ClusterHandle, create_topic, eventually, produce
+from integration.support import ClusterHandle, create_topic, eventually, own_cluster, produce
 from integration.tests.test_exactly_once import halves_stored, java_bodies, stored_count, topics
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
@@ -32,10 +37,11 @@ from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import RocketMQError
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink.commit import Committer
-from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, Point
-from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT
+from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, RESUME_FILE_ENV, Point
+from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision
 from rocketmq_spark.sink.decisions import State
 from rocketmq_spark.sink.exactly_once import async_replicated
+from rocketmq_spark.sink.ledger import Ledger
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.scans import scan
 
@@ -50,6 +56,16 @@ RUN_TIMEOUT_S = 240.0
 SET_ASIDE_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SET_ASIDE_WAIT_S = 4 * PAST_THE_CHECKS_S
 READER_GROUP = "eo-set-aside-reader"
+# The cluster of the broker-kill test: ports no other cluster of a run uses.
+KILL_NAMESRV_PORT = shifted(13876)
+KILL_BROKER_PORTS = (shifted(13911), shifted(13921))
+# The broker killed under the commit holds part of the target; the other one keeps the ledger.
+KILLED_BROKER, SURVIVOR = BROKER_NAMES
+KILL_QUEUES = 4
+# From the resume to the commit's failure: the ENDs to a dead broker fail as soon as they are sent.
+COMMIT_FAILS_WITHIN_S = 60.0
+# The line of a Python traceback that names the connector's exception and says what failed.
+CONNECTOR_ERROR = re.compile(r"rocketmq_spark\.[\w.]+Error: .*")
 
 
 def set_aside(rocketmq: ClusterHandle, topic: str, marks: set[str]) -> int:
@@ -69,6 +85,16 @@ def set_aside(rocketmq: ClusterHandle, topic: str, marks: set[str]) -> int:
                 if message.properties.get(PROPERTY_ATTEMPT) in marks and message.unique_key:
                     seen.add(message.unique_key)
     return len(seen)
+
+
+def wait_paused(driver: Driver, number: int, paused: Path, point: Point) -> None:
+    """Until the run says it stopped at ``point``; fails if it ended or died before."""
+    deadline = time.monotonic() + PAUSE_WITHIN_S
+    while not paused.exists():
+        assert not driver.answered(number), f"the run ended before '{point.value}':\n{driver.notices()}"
+        assert driver.process.poll() is None, f"the run died before '{point.value}':\n{driver.notices()}"
+        assert time.monotonic() < deadline, f"no pause at '{point.value}':\n{driver.notices()}"
+        time.sleep(POLL_S)
 
 
 @pytest.mark.eo_faults
@@ -116,13 +142,7 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
             sys.executable, tmp_path / f"run-{point.value}", {PAUSE_AT_ENV: point.value, PAUSED_FILE_ENV: str(paused)}
         )
         try:
-            number = driver.submit("copy_available_now", **copy)
-            deadline = time.monotonic() + PAUSE_WITHIN_S
-            while not paused.exists():
-                assert not driver.answered(number), f"the run ended before '{point.value}':\n{driver.notices()}"
-                assert driver.process.poll() is None, f"the run died before '{point.value}':\n{driver.notices()}"
-                assert time.monotonic() < deadline, f"no pause at '{point.value}':\n{driver.notices()}"
-                time.sleep(0.2)
+            wait_paused(driver, driver.submit("copy_available_now", **copy), paused, point)
         finally:
             driver.kill()
         commits = (
@@ -157,6 +177,115 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
     assert (checkpoint / "commits" / "0").exists(), "the last run did not commit batch 0"
     expected = sorted(f"row-{i}" for i in range(ROWS))
     assert java_bodies(rocketmq, target, ROWS) == expected
+
+
+def raised(message: str) -> str:
+    """The connector's own error in a failed query's message (Spark wraps it in a traceback)."""
+    found = CONNECTOR_ERROR.search(message)
+    return found.group(0) if found else message.splitlines()[0]
+
+
+def batch_state(records: Ledger) -> tuple[State, Decision | None]:
+    """What the ledger says of batch 0 of the test's query, and its decision if recorded."""
+    entries = records.read(whole=True)
+    keys = [k for k in entries.decisions if k.endswith("/0")]
+    return (entries.state(keys[0]), entries.decisions[keys[0]]) if keys else (State.UNDECIDED, None)
+
+
+@pytest.mark.eo_faults
+def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_row_once(
+    unique: Any, tmp_path: Path
+) -> None:
+    """Two brokers hold the target's queues; broker-a is SIGKILLed once the batch's decision is
+    recorded and before its first COMMIT, the commit then meets it dead, and it is started again
+    on its store. The ENDs are not retried (``Committer._end``): the COMMITs to the dead broker
+    fail, the commit raises with the decision standing, and the query fails; a run on the
+    checkpoint, with the broker back, finishes the decision. The ledger lies on broker-b alone, so
+    that the kill hits the COMMITs and not the records."""
+    config = ClusterConfig(
+        workdir=tmp_path / "cluster",
+        brokers=len(BROKER_NAMES),
+        namesrv_port=KILL_NAMESRV_PORT,
+        broker_ports=KILL_BROKER_PORTS,
+        short_transaction_checks=True,
+        timer_messages=False,
+    )
+    with own_cluster(config) as handle:
+        cluster = handle.started
+        origin, target, ledger = unique("eo-broker-in"), unique("eo-broker-out"), unique("eo-broker-ledger")
+        create_topic(handle, origin, queues=KILL_QUEUES)
+        create_topic(handle, target, queues=KILL_QUEUES)
+        create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
+        sink = {
+            "nameServer": handle.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": unique("eo-broker-producer"),
+            "transactionTopic": ledger,
+        }
+        source = {
+            "nameServer": handle.namesrv_addr,
+            "topic": origin,
+            "consumerGroup": unique("eo-broker-group"),
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        }
+        checkpoint = tmp_path / "checkpoint"
+        copy = {
+            "source": source,
+            "sink": sink,
+            "checkpoint": str(checkpoint),
+            "columns": ["body"],
+            "timeout_s": RUN_TIMEOUT_S,
+        }
+        produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
+        records = Committer(parse_sink_options(sink), "test").ledger
+        paused, resume = tmp_path / "paused", tmp_path / "resume"
+        env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
+        driver = Driver(sys.executable, tmp_path / "run-killed-broker", env)
+        try:
+            number = driver.submit("copy_available_now", **copy)
+            wait_paused(driver, number, paused, Point.DECIDED)
+            state, decision = batch_state(records)
+            assert state is State.DECIDED and decision is not None
+            assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
+            on_killed = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
+            assert on_killed > 0, f"no decided half lies on {KILLED_BROKER}: the kill would miss the commit"
+            cluster.kill(KILLED_BROKER)
+            print(f"{KILLED_BROKER} killed with batch 0 decided, {on_killed} of {decision.count} halves on it")
+            resume.touch()
+            deadline = time.monotonic() + COMMIT_FAILS_WITHIN_S
+            while not driver.answered(number) and time.monotonic() < deadline:
+                assert driver.process.poll() is None, f"the run died:\n{driver.notices()}"
+                time.sleep(POLL_S)
+            ended_while_down = driver.answered(number)
+            cluster.restart(KILLED_BROKER)  # on its store, as the kill left it
+            answer = driver.answer(number)
+        finally:
+            driver.end()
+        retried_through = "error" not in answer
+        said = "" if retried_through else f": {raised(answer['error']['message'])}"
+        print(
+            f"the commit {'retried until the broker came back' if retried_through else 'failed'}"
+            f" ({'while the broker was down' if ended_while_down else 'after it came back'}){said}"
+        )
+        assert not retried_through and ended_while_down, "the ENDs are not retried: the commit fails at a dead broker"
+        state, _ = batch_state(records)
+        partial = stored_count(handle, target)
+        print(f"after the failed run: batch 0 {state.value}, {partial} of {ROWS} rows in the target")
+        assert state is State.DECIDED, "the failed commit should leave the decision standing"
+        assert partial <= decision.count - on_killed, f"a COMMIT to {KILLED_BROKER} was stored while it was dead"
+        assert not (checkpoint / "commits" / "0").exists(), "Spark committed the batch whose commit failed"
+        driver = Driver(sys.executable, tmp_path / "run-after")
+        try:
+            finished = driver.answer(driver.submit("copy_available_now", **copy))
+            assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
+        finally:
+            driver.end()
+        assert (checkpoint / "commits" / "0").exists(), "the run on the checkpoint did not commit batch 0"
+        state, _ = batch_state(records)
+        print(f"restarted on the checkpoint: batch 0 {state.value}")
+        assert state is State.DONE
+        assert java_bodies(handle, target, ROWS) == sorted(f"row-{i}" for i in range(ROWS))
 
 
 @pytest.fixture(scope="module")
