@@ -43,6 +43,10 @@ TASK_PULLS_IN_FLIGHT = 16
 # min offset past it: two passes fit), or an answer that does not move past it. Then the last
 # answer decides: data loss if it says the data is gone, else a clear error, never a silent skip.
 STALLED_OFFSET_WAIT_S = 20.0
+# The remark of a PULL_RETRY_IMMEDIATELY whose entries point at commit log files that no longer
+# exist (GetMessageStatus): still so after the wait, the messages are gone, whatever the queue's
+# min offset says (4.9 never moves it on a queue whose every message expired).
+MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
 # OFFSET_MOVED answers to offsets the queue holds that one range takes as reset notices (a 5.x
 # broker sends one per reset of the group's offset on the queue) before it calls the broker broken.
 RESET_NOTICES_PER_RANGE = 8
@@ -218,6 +222,8 @@ class _RangeRead:
             resume = self._offset_moved(start, result)
         elif status is PullStatus.RETRY_IMMEDIATELY and start < result.min_offset:
             resume = self._expired(start, result)
+        elif status is PullStatus.RETRY_IMMEDIATELY and result.remark == MESSAGE_WAS_REMOVING:
+            resume = self._removed(start, result)
         elif status is PullStatus.NO_NEW_MSG:
             resume = self._not_served(start, result)
         else:  # still stalled after the wait
@@ -232,7 +238,11 @@ class _RangeRead:
     def _check_position(self, start: int, result: PullResult) -> None:
         """The first message of an answer must be one stored at an offset the pull asked for. A
         broker whose consume queue disagrees with its messages cannot be read right: rows would get
-        the wrong offsets, and messages be skipped or repeated, so the read stops."""
+        the wrong offsets, and messages be skipped or repeated, so the read stops.
+
+        A 4.9 broker also skips entries whose commit log is gone and answers with the first
+        message it can read, above ``start``: where a pull at that message's own offset finds it
+        there, the queue agrees with its messages, and the offsets skipped are lost."""
         stored_as = first_stored_as(result.body, start)
         if self.part.task.reads_every_message:
             fits = stored_as == start
@@ -240,7 +250,18 @@ class _RangeRead:
             fits = start <= stored_as < result.next_begin_offset
         if fits:
             return
+        if start < stored_as < result.next_begin_offset and self._stored_at(stored_as):
+            lost_to = min(stored_as, self.rng.end)
+            on_data_loss(
+                [DataLoss.removed(self.rng.queue, start, lost_to, result.min_offset)], self.part.task.fail_on_data_loss
+            )
+            return
         raise IndexMismatchError.at(self.rng.queue, start, stored_as)
+
+    def _stored_at(self, offset: int) -> bool:
+        """Whether a pull at ``offset`` answers with the message stored as ``offset`` first."""
+        check = self.sender.result(self.sender.sent_alone(offset, offset + 1))
+        return check.status is PullStatus.FOUND and first_stored_as(check.body, offset) == offset
 
     def _offset_moved(self, start: int, result: PullResult) -> int:
         """Where to go on after an OFFSET_MOVED answer to a pull at ``start``.
@@ -281,6 +302,20 @@ class _RangeRead:
         lost_to = min(result.min_offset, self.rng.end)
         on_data_loss(
             [DataLoss.expired(self.rng.queue, start, lost_to, result.min_offset)], self.part.task.fail_on_data_loss
+        )
+        return lost_to
+
+    def _removed(self, start: int, result: PullResult) -> int:
+        """Offsets from ``start`` whose commit log the broker still cannot read after the wait:
+        deleted, up to where the broker goes on (or the range's end)."""
+        if result.next_begin_offset <= start:
+            raise OffsetNotServedError(
+                f"{self.rng.queue}: the broker cannot read offset {start} (its commit log is gone) and does not say "
+                f"where the queue goes on: it answered {describe(result)} for {self.stalled_wait_s:g} s"
+            )
+        lost_to = min(result.next_begin_offset, self.rng.end)
+        on_data_loss(
+            [DataLoss.removed(self.rng.queue, start, lost_to, result.min_offset)], self.part.task.fail_on_data_loss
         )
         return lost_to
 

@@ -83,6 +83,17 @@ class DataLoss:
         return cls(queue, lost_from, lost_to, f"were deleted or expired (the queue now starts at {min_offset})")
 
     @classmethod
+    def removed(cls, queue: MessageQueue, lost_from: int, lost_to: int, min_offset: int) -> DataLoss:
+        """Offsets the queue still counts whose commit log is gone: a 4.9 broker leaves a queue's
+        min offset where it was when every message of the queue expired."""
+        return cls(
+            queue,
+            lost_from,
+            lost_to,
+            f"were deleted or expired (their commit log is gone; the broker still says the queue starts at {min_offset})",
+        )
+
+    @classmethod
     def went_backwards(cls, queue: MessageQueue, lost_from: int, lost_to: int, max_offset: int) -> DataLoss:
         return cls(
             queue,

@@ -102,7 +102,7 @@ class PullSender:
             log.debug("pull of %s at %d failed (%s); pulling it again", self.rng.queue, pull.start, err)
         try:
             return self.part.task.retry.call(
-                lambda: self._answer(self._sent_alone(pull.start, pull.stop)),
+                lambda: self._answer(self.sent_alone(pull.start, pull.stop)),
                 f"pull of {self.rng.queue} at {pull.start}",
             )
         except RocketMQError as spent:
@@ -116,7 +116,7 @@ class PullSender:
         ``wait_s`` is spent; the last answer either way."""
 
         def attempt() -> PullResult:
-            result = self.result(self._sent_alone(start, stop))
+            result = self.result(self.sent_alone(start, stop))
             if stalled(start, result):
                 raise _Stalled(result)
             return result
@@ -126,7 +126,7 @@ class PullSender:
         except _Stalled as still:
             return still.result
 
-    def _sent_alone(self, start: int, stop: int) -> Pull:
+    def sent_alone(self, start: int, stop: int) -> Pull:
         """A pull of the span in a batched write of its own: for a retry, which waits for it at once."""
         pull = Pull(start, stop)
         with self.client.pulls_together():

@@ -222,8 +222,11 @@ class Removing(FakeQueue):
     (the store's cleanup moved the min offset past them: OFFSET_MOVED), "expired-retry" (the
     same, still told as a retry, as a static topic's mapping does) or "never"."""
 
-    def __init__(self, max_offset: int, removing: range, answers: int, then: str) -> None:
+    def __init__(
+        self, max_offset: int, removing: range, answers: int, then: str, remark: str = "MESSAGE_WAS_REMOVING"
+    ) -> None:
         super().__init__(max_offset)
+        self.remark = remark
         self.removing = removing
         self.answers = answers
         self.then = then
@@ -238,7 +241,7 @@ class Removing(FakeQueue):
                 self.min_offset,
                 self.max_offset,
                 b"",
-                "MESSAGE_WAS_REMOVING",
+                self.remark,
             )
             if self.answers == 0 and self.then != "served":
                 self.min_offset = self.removing.stop  # known from the next answer on
@@ -283,21 +286,43 @@ def test_data_a_retry_immediately_answer_stands_for_is_skipped_with_a_warning_wh
     ]
 
 
-def test_a_retry_immediately_answer_that_never_ends_fails_naming_the_offset(broker: list[FakeQueue]) -> None:
-    """Neither served nor gone by the queue's bounds: the read fails (failOnDataLoss or not) rather
-    than skip, and Spark's retry of the task asks again later."""
+def test_a_retry_immediately_answer_that_never_ends_is_data_loss_up_to_where_the_broker_goes_on(
+    broker: list[FakeQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """MESSAGE_WAS_REMOVING past the wait, the min offset unmoved (a 4.9 broker leaves it where it
+    was when every message of a queue expired): the commit log is gone, so the offsets up to the
+    broker's next begin offset are lost, and failOnDataLoss decides."""
     queue = Removing(100, range(40, 60), answers=0, then="never")
+    broker.append(queue)
+    said = (
+        "orders/broker-a/2: offsets [40, 60) were deleted or expired (their commit log is gone; the broker still "
+        "says the queue starts at 0)"
+    )
+    with pytest.raises(DataLossError, match=re.escape(said)):
+        offsets(broker, partition(0, 100, pull_batch_size=10))
+    assert 1 < queue.pulled_at(40) < 10  # pulled again a few times, with backoff
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
+        read = offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False))
+    assert read == list(range(40)) + list(range(60, 100))
+    assert f"skipping data that is gone (failOnDataLoss=false): {said}" in caplog.messages
+
+
+def test_another_retry_immediately_answer_that_never_ends_fails_naming_the_offset(broker: list[FakeQueue]) -> None:
+    """A retry the broker asks for another reason (a static topic's mapping, a slave), neither
+    served nor gone by the queue's bounds: the read fails (failOnDataLoss or not) rather than
+    skip, and Spark's retry of the task asks again later."""
+    queue = Removing(100, range(40, 60), answers=0, then="never", remark="NOT_MAPPED_HERE")
     broker.append(queue)
     with pytest.raises(
         OffsetNotServedError,
         match=re.escape(
             "orders/broker-a/2: the broker does not serve offset 40 nor says it is gone: it answered "
-            "RETRY_IMMEDIATELY (MESSAGE_WAS_REMOVING) with next begin offset 60, the queue holding [0, 100) to it "
+            "RETRY_IMMEDIATELY (NOT_MAPPED_HERE) with next begin offset 60, the queue holding [0, 100) to it "
             f"for {STALLED_WAIT_S:g} s"
         ),
     ):
         offsets(broker, partition(0, 100, pull_batch_size=10, fail_on_data_loss=False))
-    assert 1 < queue.pulled_at(40) < 10  # pulled again a few times, with backoff
+    assert 1 < queue.pulled_at(40) < 10
 
 
 class Trailing(FakeQueue):
