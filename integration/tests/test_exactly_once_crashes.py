@@ -87,6 +87,33 @@ def set_aside(rocketmq: ClusterHandle, topic: str, marks: set[str]) -> int:
     return len(seen)
 
 
+def copy_job(
+    handle: ClusterHandle, origin: str, target: str, ledger: str, prefix: str, checkpoint: Path
+) -> dict[str, Any]:
+    """The arguments of a run that copies ``origin``'s bodies into ``target`` exactly once, from
+    each queue's first offset, as the group ``{prefix}-group`` and the producers ``{prefix}-producer``."""
+    sink = {
+        "nameServer": handle.namesrv_addr,
+        "topic": target,
+        "deliveryGuarantee": "exactly-once",
+        "producerGroup": f"{prefix}-producer",
+        "transactionTopic": ledger,
+    }
+    source = {
+        "nameServer": handle.namesrv_addr,
+        "topic": origin,
+        "consumerGroup": f"{prefix}-group",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+    }
+    return {
+        "source": source,
+        "sink": sink,
+        "checkpoint": str(checkpoint),
+        "columns": ["body"],
+        "timeout_s": RUN_TIMEOUT_S,
+    }
+
+
 def wait_paused(driver: Driver, number: int, paused: Path, point: Point) -> None:
     """Until the run says it stopped at ``point``; fails if it ended or died before."""
     deadline = time.monotonic() + PAUSE_WITHIN_S
@@ -105,35 +132,10 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
     commit and before Spark's commit log; then a run to the end. Every run replays batch 0: the
     offsets log has it and the commit log does not."""
     origin, target, ledger = topics(rocketmq, unique, "eo-kill-in", "eo-kill-out", "eo-kill-ledger")
-    group, producers = unique("eo-kill-group"), unique("eo-kill-producer")
-    sink = {
-        "nameServer": rocketmq.namesrv_addr,
-        "topic": target,
-        "deliveryGuarantee": "exactly-once",
-        "producerGroup": producers,
-        "transactionTopic": ledger,
-    }
-    source = {
-        "nameServer": rocketmq.namesrv_addr,
-        "topic": origin,
-        "consumerGroup": group,
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-    }
     checkpoint = tmp_path / "checkpoint"
+    copy = copy_job(rocketmq, origin, target, ledger, unique("eo-kill"), checkpoint)
     produce(rocketmq, origin, ROWS, "--body", "row-{i}", "--quiet")
-    copy = {
-        "source": source,
-        "sink": sink,
-        "checkpoint": str(checkpoint),
-        "columns": ["body"],
-        "timeout_s": RUN_TIMEOUT_S,
-    }
-    records = Committer(parse_sink_options(sink), "test").ledger
-
-    def batch_zero() -> State:
-        entries = records.read(whole=True)
-        keys = [k for k in entries.decisions if k.endswith("/0")]
-        return entries.state(keys[0]) if keys else State.UNDECIDED
+    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
 
     for point in (Point.SENDING, Point.DECIDED, Point.DONE):
         paused = tmp_path / f"paused-{point.value}"
@@ -149,7 +151,7 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
             sorted(p.name for p in (checkpoint / "commits").glob("[0-9]*")) if (checkpoint / "commits").exists() else []
         )
         assert commits == [], f"Spark committed batches {commits}: the kill at '{point.value}' came too late"
-        state = batch_zero()
+        state, _ = batch_state(records)
         stored = stored_count(rocketmq, target)
         print(f"killed at '{point.value}': batch 0 {state.value}, {stored} message(s) in the target")
         if point is Point.SENDING:
@@ -216,29 +218,10 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
         create_topic(handle, origin, queues=KILL_QUEUES)
         create_topic(handle, target, queues=KILL_QUEUES)
         create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
-        sink = {
-            "nameServer": handle.namesrv_addr,
-            "topic": target,
-            "deliveryGuarantee": "exactly-once",
-            "producerGroup": unique("eo-broker-producer"),
-            "transactionTopic": ledger,
-        }
-        source = {
-            "nameServer": handle.namesrv_addr,
-            "topic": origin,
-            "consumerGroup": unique("eo-broker-group"),
-            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        }
         checkpoint = tmp_path / "checkpoint"
-        copy = {
-            "source": source,
-            "sink": sink,
-            "checkpoint": str(checkpoint),
-            "columns": ["body"],
-            "timeout_s": RUN_TIMEOUT_S,
-        }
+        copy = copy_job(handle, origin, target, ledger, unique("eo-broker"), checkpoint)
         produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
-        records = Committer(parse_sink_options(sink), "test").ledger
+        records = Committer(parse_sink_options(copy["sink"]), "test").ledger
         paused, resume = tmp_path / "paused", tmp_path / "resume"
         env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
         driver = Driver(sys.executable, tmp_path / "run-killed-broker", env)
