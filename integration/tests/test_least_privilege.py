@@ -160,23 +160,28 @@ def keys(rows: list[Any]) -> Counter[str]:
     return Counter(row["keys"] for row in rows)
 
 
+def keys_into_memory(spark: Any, options: dict[str, str], table: str, checkpoint: Path) -> Any:
+    """A stream of the options' topic whose keys land in the memory table ``table``, a trigger a second."""
+    return (
+        spark.readStream.format("rocketmq")
+        .options(**options)
+        .load()
+        .select("keys")
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+
+
 def test_a_reader_with_sub_only_streams_commits_and_follows_a_reset(
     spark: Any, granted: Granted, tmp_path: Path
 ) -> None:
     before_first = int(time.time() * 1000) - RESET_MARGIN_MS
     first = granted.produce(granted.topic, "w1")
     options = granted.options(granted.reader, topic=granted.topic, consumerGroup=granted.group, consumeFromWhere=FIRST)
-    query = (
-        spark.readStream.format("rocketmq")
-        .options(**options)
-        .load()
-        .select("keys")
-        .writeStream.format("memory")
-        .queryName("least_privilege")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(processingTime=TRIGGER)
-        .start()
-    )
+    query = keys_into_memory(spark, options, "least_privilege", tmp_path / "checkpoint")
     try:
 
         def settled(expected: Counter[str]) -> bool:

@@ -31,10 +31,10 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, Cluster, ClusterConfig, ClusterError
 from integration.cluster_config import shifted
-from integration.constants import FIRST, TRIGGER
+from integration.constants import FIRST
 from integration.failfast import FAIL_FAST_LIMIT_S, FAIL_FAST_TIMEOUT_MS, Overhead, fail_query
 from integration.support import eventually, own_cluster
-from integration.tests.test_least_privilege import BATCH_READ_GROUP, keys, make_user
+from integration.tests.test_least_privilege import BATCH_READ_GROUP, keys, keys_into_memory, make_user
 from rocketmq_spark.model import Credentials
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 
@@ -145,17 +145,7 @@ def test_a_reader_with_sub_only_streams_and_commits_through_the_proxy(
 ) -> None:
     first = proxied.produce("w1")
     options = proxied.options(proxied.reader, topic=proxied.topic, consumerGroup=proxied.group, consumeFromWhere=FIRST)
-    query = (
-        spark.readStream.format("rocketmq")
-        .options(**options)
-        .load()
-        .select("keys")
-        .writeStream.format("memory")
-        .queryName("proxy_least_privilege")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(processingTime=TRIGGER)
-        .start()
-    )
+    query = keys_into_memory(spark, options, "proxy_least_privilege", tmp_path / "checkpoint")
     try:
 
         def settled(expected: Counter[str]) -> bool:
