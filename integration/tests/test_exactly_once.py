@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from integration.cluster_config import FIRST_CHECK_DONE_S
+from integration.cluster_config import BROKER_NAMES, FIRST_CHECK_DONE_S
 from integration.support import (
     ClusterHandle,
     PushConsumer,
@@ -32,6 +32,7 @@ from integration.tests.test_sink import expected_queue
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
+from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S
 from rocketmq_spark.remoting.transactions import Resolution
 from rocketmq_spark.sink.commit import HALF_QUEUE_ID, HALF_TOPIC, Committer
 from rocketmq_spark.sink.decision_record import record_key
@@ -47,6 +48,8 @@ pytestmark = pytest.mark.integration
 QUEUES = 4
 ROWS = 600
 CUT_ROWS = 90
+# The transaction topic's queues per broker before and after an operator grows it.
+LEDGER_QUEUES_BEFORE, LEDGER_QUEUES_AFTER = 2, 8
 ORDER_ROWS = 400
 ORDER_BATCHES = 4
 ORDER_KEYS = 6
@@ -145,6 +148,27 @@ def test_a_batch_write_is_seen_once_and_its_rerun_writes_nothing(
     # Another writeId is another write.
     exactly_once(df.limit(5).write.mode("append"), rocketmq, target, group, ledger).option("writeId", "n-2").save()
     assert len(java_bodies(rocketmq, target, ROWS + 5)) == ROWS + 5
+
+
+def test_a_rerun_finds_its_write_after_the_transaction_topic_gained_queues_and_a_broker(
+    spark: Any, rocketmq: ClusterHandle, unique: Any
+) -> None:
+    """The write's records are kept on one broker's topic of two queues; an operator then gives the
+    topic eight queues on both brokers. The rerun of the committed writeId still finds them and
+    writes nothing (a pick among the queues the route lists would look elsewhere and write again)."""
+    (target,) = topics(rocketmq, unique, "eo-grown")
+    ledger, group = unique("eo-grown-ledger"), unique("eo-grown-group")
+    create_topic(rocketmq, ledger, queues=LEDGER_QUEUES_BEFORE, brokers=BROKER_NAMES[0])
+    df = spark.range(CUT_ROWS).selectExpr("cast(concat('grown-', id) as binary) as body").repartition(2)
+    expected = sorted(f"grown-{i}" for i in range(CUT_ROWS))
+    exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "grown-1").save()
+    assert java_bodies(rocketmq, target, CUT_ROWS) == expected
+    create_topic(rocketmq, ledger, queues=LEDGER_QUEUES_AFTER)
+    grown = {(b, q) for b in BROKER_NAMES for q in range(LEDGER_QUEUES_AFTER)}
+    eventually(lambda: set(max_offsets(rocketmq, ledger)) == grown, f"{ledger} never grew", WAIT_S)
+    time.sleep(ROUTE_REFRESH_S)  # routes cached by the writer's processes are asked again
+    exactly_once(df.write.mode("append"), rocketmq, target, group, ledger).option("writeId", "grown-1").save()
+    assert java_bodies(rocketmq, target, CUT_ROWS) == expected
 
 
 def test_a_stream_whose_batch_fails_after_sending_is_seen_once_after_its_restart(

@@ -30,18 +30,19 @@ from integration.constants import POLL_S
 from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
 from integration.support import ClusterHandle, create_topic, eventually, own_cluster, produce
-from integration.tests.test_exactly_once import halves_stored, java_bodies, stored_count, topics
+from integration.tests.test_exactly_once import WAIT_S, exactly_once, halves_stored, java_bodies, stored_count, topics
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import RocketMQError
+from rocketmq_spark.remoting.replicas import ROUTE_REFRESH_S
 from rocketmq_spark.remoting.retry import Retry
 from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, RESUME_FILE_ENV, Point
 from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision
 from rocketmq_spark.sink.decisions import State
 from rocketmq_spark.sink.exactly_once import async_replicated
-from rocketmq_spark.sink.ledger import Ledger
+from rocketmq_spark.sink.ledger import Ledger, ranked
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.scans import scan
 
@@ -194,18 +195,11 @@ def batch_state(records: Ledger) -> tuple[State, Decision | None]:
     return (entries.state(keys[0]), entries.decisions[keys[0]]) if keys else (State.UNDECIDED, None)
 
 
-@pytest.mark.eo_faults
-def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_row_once(
-    unique: Any, tmp_path: Path
-) -> None:
-    """Two brokers hold the target's queues; broker-a is SIGKILLed once the batch's decision is
-    recorded and before its first COMMIT, the commit then meets it dead, and it is started again
-    on its store. The ENDs are not retried (``Committer._end``): the COMMITs to the dead broker
-    fail, the commit raises with the decision standing, and the query fails; a run on the
-    checkpoint, with the broker back, finishes the decision. The ledger lies on broker-b alone, so
-    that the kill hits the COMMITs and not the records."""
+@pytest.fixture(scope="module")
+def eo_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """The broker-kill tests' cluster: two brokers of their own, checking halves back within seconds."""
     config = ClusterConfig(
-        workdir=tmp_path / "cluster",
+        workdir=tmp_path_factory.mktemp("eo-two-brokers") / "cluster",
         brokers=len(BROKER_NAMES),
         namesrv_port=KILL_NAMESRV_PORT,
         broker_ports=KILL_BROKER_PORTS,
@@ -213,62 +207,106 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
         timer_messages=False,
     )
     with own_cluster(config) as handle:
-        cluster = handle.started
-        origin, target, ledger = unique("eo-broker-in"), unique("eo-broker-out"), unique("eo-broker-ledger")
-        create_topic(handle, origin, queues=KILL_QUEUES)
-        create_topic(handle, target, queues=KILL_QUEUES)
-        create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
-        checkpoint = tmp_path / "checkpoint"
-        copy = copy_job(handle, origin, target, ledger, unique("eo-broker"), checkpoint)
-        produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
-        records = Committer(parse_sink_options(copy["sink"]), "test").ledger
-        paused, resume = tmp_path / "paused", tmp_path / "resume"
-        env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
-        driver = Driver(sys.executable, tmp_path / "run-killed-broker", env)
-        try:
-            number = driver.submit("copy_available_now", **copy)
-            wait_paused(driver, number, paused, Point.DECIDED)
-            state, decision = batch_state(records)
-            assert state is State.DECIDED and decision is not None
-            assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
-            on_killed = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
-            assert on_killed > 0, f"no decided half lies on {KILLED_BROKER}: the kill would miss the commit"
-            cluster.kill(KILLED_BROKER)
-            print(f"{KILLED_BROKER} killed with batch 0 decided, {on_killed} of {decision.count} halves on it")
-            resume.touch()
-            deadline = time.monotonic() + COMMIT_FAILS_WITHIN_S
-            while not driver.answered(number) and time.monotonic() < deadline:
-                assert driver.process.poll() is None, f"the run died:\n{driver.notices()}"
-                time.sleep(POLL_S)
-            ended_while_down = driver.answered(number)
-            cluster.restart(KILLED_BROKER)  # on its store, as the kill left it
-            answer = driver.answer(number)
-        finally:
-            driver.end()
-        retried_through = "error" not in answer
-        said = "" if retried_through else f": {raised(answer['error']['message'])}"
-        print(
-            f"the commit {'retried until the broker came back' if retried_through else 'failed'}"
-            f" ({'while the broker was down' if ended_while_down else 'after it came back'}){said}"
-        )
-        assert not retried_through and ended_while_down, "the ENDs are not retried: the commit fails at a dead broker"
-        state, _ = batch_state(records)
-        partial = stored_count(handle, target)
-        print(f"after the failed run: batch 0 {state.value}, {partial} of {ROWS} rows in the target")
-        assert state is State.DECIDED, "the failed commit should leave the decision standing"
-        assert partial <= decision.count - on_killed, f"a COMMIT to {KILLED_BROKER} was stored while it was dead"
-        assert not (checkpoint / "commits" / "0").exists(), "Spark committed the batch whose commit failed"
-        driver = Driver(sys.executable, tmp_path / "run-after")
-        try:
-            finished = driver.answer(driver.submit("copy_available_now", **copy))
-            assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
-        finally:
-            driver.end()
-        assert (checkpoint / "commits" / "0").exists(), "the run on the checkpoint did not commit batch 0"
-        state, _ = batch_state(records)
-        print(f"restarted on the checkpoint: batch 0 {state.value}")
-        assert state is State.DONE
-        assert java_bodies(handle, target, ROWS) == sorted(f"row-{i}" for i in range(ROWS))
+        yield handle
+
+
+@pytest.mark.eo_faults
+def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_row_once(
+    eo_brokers: ClusterHandle, unique: Any, tmp_path: Path
+) -> None:
+    """Two brokers hold the target's queues; broker-a is SIGKILLed once the batch's decision is
+    recorded and before its first COMMIT, the commit then meets it dead, and it is started again
+    on its store. The ENDs are not retried (``Committer._end``): the COMMITs to the dead broker
+    fail, the commit raises with the decision standing, and the query fails; a run on the
+    checkpoint, with the broker back, finishes the decision. The ledger lies on broker-b alone, so
+    that the kill hits the COMMITs and not the records."""
+    handle = eo_brokers
+    cluster = handle.started
+    origin, target, ledger = unique("eo-broker-in"), unique("eo-broker-out"), unique("eo-broker-ledger")
+    create_topic(handle, origin, queues=KILL_QUEUES)
+    create_topic(handle, target, queues=KILL_QUEUES)
+    create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
+    checkpoint = tmp_path / "checkpoint"
+    copy = copy_job(handle, origin, target, ledger, unique("eo-broker"), checkpoint)
+    produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
+    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
+    paused, resume = tmp_path / "paused", tmp_path / "resume"
+    env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
+    driver = Driver(sys.executable, tmp_path / "run-killed-broker", env)
+    try:
+        number = driver.submit("copy_available_now", **copy)
+        wait_paused(driver, number, paused, Point.DECIDED)
+        state, decision = batch_state(records)
+        assert state is State.DECIDED and decision is not None
+        assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
+        on_killed = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
+        assert on_killed > 0, f"no decided half lies on {KILLED_BROKER}: the kill would miss the commit"
+        cluster.kill(KILLED_BROKER)
+        print(f"{KILLED_BROKER} killed with batch 0 decided, {on_killed} of {decision.count} halves on it")
+        resume.touch()
+        deadline = time.monotonic() + COMMIT_FAILS_WITHIN_S
+        while not driver.answered(number) and time.monotonic() < deadline:
+            assert driver.process.poll() is None, f"the run died:\n{driver.notices()}"
+            time.sleep(POLL_S)
+        ended_while_down = driver.answered(number)
+        cluster.restart(KILLED_BROKER)  # on its store, as the kill left it
+        answer = driver.answer(number)
+    finally:
+        driver.end()
+    retried_through = "error" not in answer
+    said = "" if retried_through else f": {raised(answer['error']['message'])}"
+    print(
+        f"the commit {'retried until the broker came back' if retried_through else 'failed'}"
+        f" ({'while the broker was down' if ended_while_down else 'after it came back'}){said}"
+    )
+    assert not retried_through and ended_while_down, "the ENDs are not retried: the commit fails at a dead broker"
+    state, _ = batch_state(records)
+    partial = stored_count(handle, target)
+    print(f"after the failed run: batch 0 {state.value}, {partial} of {ROWS} rows in the target")
+    assert state is State.DECIDED, "the failed commit should leave the decision standing"
+    assert partial <= decision.count - on_killed, f"a COMMIT to {KILLED_BROKER} was stored while it was dead"
+    assert not (checkpoint / "commits" / "0").exists(), "Spark committed the batch whose commit failed"
+    driver = Driver(sys.executable, tmp_path / "run-after")
+    try:
+        finished = driver.answer(driver.submit("copy_available_now", **copy))
+        assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
+    finally:
+        driver.end()
+    assert (checkpoint / "commits" / "0").exists(), "the run on the checkpoint did not commit batch 0"
+    state, _ = batch_state(records)
+    print(f"restarted on the checkpoint: batch 0 {state.value}")
+    assert state is State.DONE
+    assert java_bodies(handle, target, ROWS) == sorted(f"row-{i}" for i in range(ROWS))
+
+
+@pytest.mark.eo_faults
+def test_a_rerun_finds_its_write_while_a_broker_holding_its_records_is_down(
+    spark: Any, eo_brokers: ClusterHandle, unique: Any
+) -> None:
+    """A write's records go to both brokers of the transaction topic. Once the write committed,
+    the broker first in the group's order of them (its lock's, and its first copy's) is SIGKILLed,
+    and the name server drops it; the rerun of the writeId finds the other copy and writes
+    nothing. The target lies on the other broker, so a rerun that missed the records would write."""
+    handle, cluster = eo_brokers, eo_brokers.started
+    target, ledger, group = unique("eo-down-out"), unique("eo-down-ledger"), unique("eo-down-group")
+    first, other = ranked(group, BROKER_NAMES)
+    create_topic(handle, target, queues=KILL_QUEUES, brokers=other)
+    create_topic(handle, ledger, queues=KILL_QUEUES)
+    df = spark.range(ROWS).selectExpr("cast(concat('down-', id) as binary) as body").repartition(2)
+    expected = sorted(f"down-{i}" for i in range(ROWS))
+    exactly_once(df.write.mode("append"), handle, target, group, ledger).option("writeId", "down-1").save()
+    assert java_bodies(handle, target, ROWS) == expected
+    cluster.kill(first)
+    try:
+        with RocketMQClient(ClientConfig(name_servers=(handle.namesrv_addr,))) as client:
+            eventually(
+                lambda: set(client.topic_route(ledger).brokers) == {other}, f"{first} stayed in the route", WAIT_S
+            )
+        time.sleep(ROUTE_REFRESH_S)  # routes cached by the writer's processes are asked again
+        exactly_once(df.write.mode("append"), handle, target, group, ledger).option("writeId", "down-1").save()
+        assert java_bodies(handle, target, ROWS) == expected
+    finally:
+        cluster.restart(first)
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,15 @@
 """The exactly-once sink's records, kept on ``transactionTopic``: a batch's decision before its
 first COMMIT, and a done record once every COMMIT was answered (``decisions.State``).
 
-A producer group's records all go to one queue of the topic (chosen by the group's name), so
-whoever reads them back, in any process, reads them in the order they were written. How far the
-group's records are settled (every decision before it done) is stored as the group's consumer
-offset on that queue, so a reader starts there, not at the queue's beginning; ``mqadmin
-consumerProgress`` shows it. Records are ordinary messages, keyed ``group/query/batch`` for
-``mqadmin queryMsgByKey``.
+A record must be found by whoever looks for it later, in any process, whatever became of the
+topic in between: queues added, brokers added, a broker down. So a group's records go to queue
+``RECORD_QUEUE_ID`` (which every broker of the topic has, whatever its queue count) of the first
+``COPIES`` writable brokers in the group's own order of them (``ranked``: each broker keeps its
+place as others come and go), and a reader reads that queue on every broker the route lists and
+takes the union. Within one queue records are in the order written. How far the group's records
+on a broker are settled (every decision before it done) is stored as the group's consumer offset
+on that queue, so a reader starts there; ``mqadmin consumerProgress`` shows it. Records are
+ordinary messages, keyed ``group/query/batch`` for ``mqadmin queryMsgByKey``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,6 +31,7 @@ from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, 
 from rocketmq_spark.remoting.locks import lock_queues, unlock_queues
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.retry import Retry
+from rocketmq_spark.remoting.route import TopicRoute
 from rocketmq_spark.remoting.sending import SendStatus, send_message
 from rocketmq_spark.sink.decision_record import SEPARATOR, Decision
 from rocketmq_spark.sink.decisions import State
@@ -38,29 +43,41 @@ T = TypeVar("T")
 
 TAG_DECISION = "decision"
 TAG_DONE = "done"
+# The queue of each broker a group's records go to: queue 0 exists on every broker of a topic,
+# whatever queue counts an operator gives it later.
+RECORD_QUEUE_ID = 0
+# How many brokers get a copy of each record: one lost or down, the other still answers.
+COPIES = 2
 
 
 class TransactionRecordError(ConfigurationError):
     """The transaction topic is missing or cannot be written: names it and the command that fixes it."""
 
 
+def ranked(group: str, broker_names: Iterable[str]) -> list[str]:
+    """The brokers in the group's order of them (rendezvous hashing): adding or losing one broker
+    moves no other, so the group's first brokers stay first while the topic changes."""
+    return sorted(broker_names, key=lambda name: (-zlib.crc32(f"{group}{SEPARATOR}{name}".encode()), name))
+
+
 @dataclass
 class Entries:
-    """A group's records from its settled position on: decisions and which of them are done."""
+    """A group's records from where it settled on each broker: decisions and which of them are
+    done, the union of every broker's copies."""
 
     decisions: dict[str, Decision] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
-    end: int = 0  # the queue's offset after the last record read
-    first: dict[str, int] = field(default_factory=dict)  # each key's first record's offset
+    ends: dict[str, int] = field(default_factory=dict)  # per broker, the record queue's offset after the last read
+    first: dict[str, dict[str, int]] = field(default_factory=dict)  # per broker, each key's first record's offset
 
-    @property
-    def keep_from(self) -> int:
-        """Where a later reader must start: at the oldest pending decision, else at the last
-        batch's records (a replayed commit of it must find it done), else the end."""
-        pending = [self.first[d.key] for d in self.pending() if d.key in self.first]
+    def keep_from(self, broker_name: str) -> int:
+        """Where a later reader of the broker must start: at its oldest pending decision, else at
+        the last batch's records (a replayed commit of it must find it done), else its end."""
+        first = self.first.get(broker_name, {})
+        pending = [first[d.key] for d in self.pending() if d.key in first]
         if pending:
             return min(pending)
-        return max(self.first.values(), default=self.end)
+        return max(first.values(), default=self.ends.get(broker_name, 0))
 
     def state(self, key: str) -> State:
         if key in self.done:
@@ -84,45 +101,40 @@ class Ledger:
         self._ids = UniqueIds(os.urandom(4))
 
     def place(self) -> tuple[MessageQueue, str]:
-        """The group's queue of the topic and its master's address; a topic that does not exist
-        is a configuration error that says how to create it."""
-        try:
-            route = self._retry.call(lambda: self._replicas.route(self.topic), f"route of {self.topic}")
-        except TopicNotFoundError as err:
-            raise TransactionRecordError(
-                TRANSACTION_TOPIC,
-                f"topic {self.topic} does not exist; exactly-once keeps its transaction records there ({err})",
-                f"Create it: mqadmin updateTopic -n <nameServer> -c <cluster> -t {self.topic} -r 8 -w 8, "
-                f"or set {TRANSACTION_TOPIC} to a topic that exists",
-            ) from err
-        queues = sorted(route.publish_queues(), key=lambda q: (q.broker_name, q.queue_id))
-        if not queues:
-            raise NoReplicaError(self.topic, [])
-        queue = queues[zlib.crc32(self.group.encode()) % len(queues)]
-        address = route.master_address(queue.broker_name)
-        if address is None:
-            raise NoReplicaError(queue.broker_name, [])
-        return queue, address
+        """The group's first writable record queue and its master's address: where its lock is
+        taken; a topic that does not exist is a configuration error that says how to create it."""
+        return self._writable()[0]
 
     def read(self, whole: bool = False) -> Entries:
-        """The group's records from its settled position (``whole``: from the queue's first
-        record, for a writeId written at any time before) to the queue's end."""
-        queue, address = self.place()
+        """The group's records on every broker of the topic, from where it settled there
+        (``whole``: from the queue's first record, for a writeId written at any time before) to
+        the queue's end."""
+        entries = Entries()
+        for name in ranked(self.group, self._route().brokers):
+            self._read_broker(name, whole, entries)
+        return entries
+
+    def _read_broker(self, name: str, whole: bool, entries: Entries) -> None:
+        """Add the group's records on broker ``name`` to ``entries``, read from its best replica
+        (a broker whose master is down still answers from a slave)."""
+        queue = MessageQueue(self.topic, name, RECORD_QUEUE_ID)
+        _, address = self._retry.call(
+            lambda: self._replicas.read_replica(self.topic, name, RECORD_QUEUE_ID), f"replica of {name}"
+        )
         stored = None if whole else self._settled(queue, address)
         start = stored if stored is not None else self._call(address, calls.min_offset(queue))
-        end = self._call(address, calls.max_offset(queue))
-        entries = Entries(end=end)
+        entries.ends[name] = end = self._call(address, calls.max_offset(queue))
+        first = entries.first.setdefault(name, {})
         prefix = self.group + SEPARATOR
         for message in scan(self._client, address, queue, self.group, start, end, self._retry):
             key = message.keys or ""
             if not key.startswith(prefix):
                 continue  # another group's record on the same queue
-            entries.first.setdefault(key, message.queue_offset)
+            first.setdefault(key, message.queue_offset)
             if message.tags == TAG_DECISION:
                 entries.decisions.setdefault(key, Decision.decode(message.body))
             elif message.tags == TAG_DONE:
                 entries.done.add(key)
-        return entries
 
     def _settled(self, queue: MessageQueue, address: str) -> int | None:
         try:
@@ -133,28 +145,35 @@ class Ledger:
             return None  # the group never settled anything on this broker
 
     def decide(self, decision: Decision) -> None:
-        """Record the decision; returns once its broker stored it (SEND_OK)."""
+        """Record the decision; returns once every copy's broker stored it (SEND_OK)."""
         self._write(decision.key, TAG_DECISION, decision.encode())
 
     def done(self, key: str) -> None:
         self._write(key, TAG_DONE, key.encode())  # a broker refuses an empty body
 
     def settle(self, entries: Entries) -> None:
-        """Store where the next reader starts (``Entries.keep_from``)."""
-        queue, address = self.place()
-        store = calls.update_consumer_offset(queue, self.group, entries.keep_from)
-        try:
-            self._call(address, store)
-        except BrokerResponseError as err:
-            if err.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
-                raise
-            # A broker creates a group on its first pull (autoCreateSubscriptionGroup), as the
-            # source's commits introduce theirs.
-            self._call(address, calls.pull(calls.PullSpec(queue, self.group), entries.end, 1))
-            self._call(address, store)
+        """Store where the next reader of each broker starts (``Entries.keep_from``); a broker
+        without a master now is settled by a later commit."""
+        route = self._route()
+        for name, end in entries.ends.items():
+            address = route.master_address(name)
+            if address is None:
+                continue
+            queue = MessageQueue(self.topic, name, RECORD_QUEUE_ID)
+            store = calls.update_consumer_offset(queue, self.group, entries.keep_from(name))
+            try:
+                self._call(address, store)
+            except BrokerResponseError as err:
+                if err.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    raise
+                # A broker creates a group on its first pull (autoCreateSubscriptionGroup), as the
+                # source's commits introduce theirs.
+                self._call(address, calls.pull(calls.PullSpec(queue, self.group), end, 1))
+                self._call(address, store)
 
     def lock(self, holder: str) -> bool:
-        """Take or renew the broker's lock on the group's queue for ``holder``: whether it holds it."""
+        """Take or renew the broker's lock on the group's first record queue for ``holder``:
+        whether it holds it."""
         queue, address = self.place()
         return queue in self._call(address, lock_queues(self.group, holder, [queue]))
 
@@ -162,19 +181,50 @@ class Ledger:
         queue, address = self.place()
         self._call(address, unlock_queues(self.group, holder, [queue]))
 
-    def _write(self, key: str, tag: str, body: bytes) -> None:
-        queue, address = self.place()
-        properties = encode_properties(message_properties(tags=tag, keys=key, unique_id=self._ids.next()))
-        send = send_message(
-            queue, body, group=self.group, properties=properties, sys_flag=0, born_ms=int(time.time() * MS_PER_SECOND)
-        )
-        result = self._call(address, send)
-        if result.status is not SendStatus.SEND_OK:
+    def _route(self) -> TopicRoute:
+        try:
+            return self._retry.call(lambda: self._replicas.route(self.topic), f"route of {self.topic}")
+        except TopicNotFoundError as err:
             raise TransactionRecordError(
                 TRANSACTION_TOPIC,
-                f"the {tag} record of {key} was stored as {result.status.value}, not flushed or replicated",
-                "Check the broker's disk and its slaves; the next start finishes what this one left",
+                f"topic {self.topic} does not exist; exactly-once keeps its transaction records there ({err})",
+                f"Create it: mqadmin updateTopic -n <nameServer> -c <cluster> -t {self.topic} -r 8 -w 8, "
+                f"or set {TRANSACTION_TOPIC} to a topic that exists",
+            ) from err
+
+    def _writable(self) -> list[tuple[MessageQueue, str]]:
+        """The record queues records go to, the group's first brokers with a master, with their
+        masters' addresses."""
+        route = self._route()
+        writable = {q.broker_name for q in route.queue_datas if q.writable}
+        places = [
+            (MessageQueue(self.topic, name, RECORD_QUEUE_ID), address)
+            for name in ranked(self.group, writable)
+            if (address := route.master_address(name)) is not None
+        ]
+        if not places:
+            raise NoReplicaError(self.topic, [])
+        return places[:COPIES]
+
+    def _write(self, key: str, tag: str, body: bytes) -> None:
+        properties = encode_properties(message_properties(tags=tag, keys=key, unique_id=self._ids.next()))
+        for queue, address in self._writable():
+            send = send_message(
+                queue,
+                body,
+                group=self.group,
+                properties=properties,
+                sys_flag=0,
+                born_ms=int(time.time() * MS_PER_SECOND),
             )
+            result = self._call(address, send)
+            if result.status is not SendStatus.SEND_OK:
+                raise TransactionRecordError(
+                    TRANSACTION_TOPIC,
+                    f"the {tag} record of {key} was stored on {queue.broker_name} as {result.status.value}, "
+                    "not flushed or replicated",
+                    "Check the broker's disk and its slaves; the next start finishes what this one left",
+                )
 
     def _call(self, address: str, call: Call[T]) -> T:
         return self._retry.call(
