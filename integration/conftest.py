@@ -23,7 +23,7 @@ from integration.constants import REPO
 from integration.failfast import Overhead
 from integration.lines import LINES, Dist, LineVenvs, build_dist
 from integration.spark import local_spark
-from integration.support import ENDPOINTS, ClusterHandle, own_cluster
+from integration.support import EARLY, ENDPOINTS, ClusterHandle, Early, own_cluster
 from integration.toolserver import serve_commands
 from integration.versions import release, selected_version
 from tests.listeners import closed_port
@@ -114,6 +114,21 @@ def two_brokers(two_broker_cluster: ClusterHandle) -> Iterator[ClusterHandle]:
             cluster.thaw(name)
         else:
             cluster.restart(name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Early[Any]]]:
+    """The early fixtures (``support.EARLY``) of the modules this session runs tests of, started
+    before the first test: a module's fixture takes its own from here."""
+    selected = {item.module.__name__ for item in request.session.items if isinstance(item, pytest.Function)}
+    started = {
+        name: Early(prepare(tmp_path_factory.mktemp("early"))) for name, prepare in EARLY.items() if name in selected
+    }
+    try:
+        yield started
+    finally:
+        for fixture in started.values():
+            fixture.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from integration.cluster import Cluster, ClusterConfig, run_tool, tool_command
 from integration.constants import POLL_S, QUERY_TIMEOUT_S, REPO, STORED_TIMEOUT_S
@@ -22,6 +22,8 @@ from rocketmq_spark.remoting import codes
 from rocketmq_spark.remoting.client import RocketMQClient
 from rocketmq_spark.remoting.errors import error_for_response
 from rocketmq_spark.source.group import is_source_client
+
+T = TypeVar("T")
 
 # consumerProgress rows: topic, broker, queue id, broker offset, consumer offset, diff, ...
 PROGRESS_ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s")
@@ -99,6 +101,43 @@ def own_cluster(config: ClusterConfig) -> Iterator[ClusterHandle]:
         yield ClusterHandle(cluster.namesrv_addr, proxy, cluster, cluster.version)
     finally:
         cluster.stop(at_once=True)
+
+
+class Early(Generic[T]):
+    """A module's fixture whose preparation mostly waits (a broker's file cleanup, which starts a
+    minute after the broker does), entered in a thread of its own as the session starts, so the
+    wait passes beside other modules' tests; ``result`` waits for it, ``close`` leaves it at the
+    session's end. Modules register theirs in ``EARLY`` when they are imported; conftest starts
+    those whose module has tests selected."""
+
+    def __init__(self, manager: AbstractContextManager[T]) -> None:
+        self._manager = manager
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._enter, name="early-fixture", daemon=True)
+        self._thread.start()
+
+    def _enter(self) -> None:
+        try:
+            self._value = self._manager.__enter__()
+        except Exception as err:  # noqa: BLE001 - raised where the module's tests ask for it
+            self._error = err
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._error is None:
+            self._manager.__exit__(None, None, None)
+
+
+# Module name -> the context manager a module's early fixture enters, given a directory of its own.
+EARLY: dict[str, Callable[[Path], AbstractContextManager[Any]]] = {}
 
 
 def stored_offsets(rocketmq: ClusterHandle, topic: str, group: str) -> dict[tuple[str, int], int | None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ from integration.cluster_config import (
 )
 from integration.failfast import fail_stream
 from integration.support import (
+    EARLY,
     ClusterHandle,
+    Early,
     batch_read,
     create_topic,
     eventually,
@@ -104,8 +107,10 @@ def min_offsets(handle: ClusterHandle, topic: str) -> dict[tuple[str, int], tupl
         return bounds
 
 
-@pytest.fixture(scope="module")
-def expired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Expired]:
+@contextmanager
+def expired_messages(workdir: Path) -> Iterator[Expired]:
+    """The module's cluster and what expired on it; entered as the session starts (``EARLY``):
+    the broker's cleanup starts a minute after the broker, a wait that passes beside other tests."""
     release = selected_release()
     if release.major < MIN_OFFSET_MOVES_MAJOR:
         raise ClusterError(
@@ -114,7 +119,7 @@ def expired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Expired]:
             "the source's handling of it is unit-tested (tests/unit/test_removed_entries.py)"
         )
     config = ClusterConfig(
-        workdir=tmp_path_factory.mktemp("retention"),
+        workdir=workdir,
         brokers=1,
         namesrv_port=NAMESRV_PORT,
         broker_ports=(BROKER_PORT,),
@@ -149,6 +154,14 @@ def expired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Expired]:
         time.sleep(BEFORE_MS_MARGIN / MS_PER_S)  # the second wave is stored after second_wave_ms
         produce(handle, topic, NEW, "--keys", "new-{i}", "--quiet")
         yield Expired(handle, topic, gone, group, starts, before_ms, second_wave_ms)
+
+
+EARLY[__name__] = expired_messages
+
+
+@pytest.fixture(scope="module")
+def expired(early: dict[str, Early[Expired]]) -> Expired:
+    return early[__name__].result()
 
 
 def keys_of(df: Any) -> list[str]:
