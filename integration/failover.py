@@ -64,20 +64,23 @@ class Clusters:
         slave_read: bool = False,
         unclean_election: bool = False,
         async_master: bool = False,
+        short_transaction_checks: bool = False,
     ) -> ReplicatedCluster:
         """``async_master``: master-slave only, the master an ASYNC_MASTER (it acknowledges before
-        its slave has copied)."""
+        its slave has copied); ``short_transaction_checks``: halves checked back within seconds
+        (``SHORT_TRANSACTION_CHECKS``), for the exactly-once sink's tests."""
         overrides = {f"{BROKER_NAMES[0]}-{MASTER_ID}": {"brokerRole": "ASYNC_MASTER"}} if async_master else {}
         cluster = self._current
         if cluster is not None:
             config = cluster.config
-            wanted = (layout, version, slave_read, unclean_election, overrides)
+            wanted = (layout, version, slave_read, unclean_election, overrides, short_transaction_checks)
             if (
                 config.layout,
                 config.version,
                 config.slave_read,
                 config.unclean_election,
                 config.broker_overrides,
+                config.short_transaction_checks,
             ) == wanted:
                 for replica in cluster.replicas():
                     if not cluster.running(replica.name):
@@ -96,6 +99,7 @@ class Clusters:
             timer_messages=False,
             unclean_election=unclean_election,
             broker_overrides=overrides,
+            short_transaction_checks=short_transaction_checks,
         )
         began = time.monotonic()
         self._current = ReplicatedCluster(config).start()

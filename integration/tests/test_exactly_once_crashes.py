@@ -11,7 +11,9 @@ One Spark process per run (``sparkjobs.py drive``), killed with its whole proces
 Python driver, its JVM and its Python workers), as a crashed host would leave it.
 
 A broker, too, is SIGKILLed at the decision: the paused driver is then let go on (a resume file)
-and meets it dead, and a run on the checkpoint after its restart finishes the batch.
+and meets it dead, and a run on the checkpoint after its restart finishes the batch; so is a
+DLedger group's leader, whose successor holds what the batch needs. A rerun of a committed
+``writeId`` finds its records while the broker of their first copy is down.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from integration.cluster_config import BROKER_NAMES, LAYOUT_MASTER_SLAVE, PAST_THE_CHECKS_S, ClusterConfig, shifted
+from integration.cluster_config import (
+    BROKER_NAMES,
+    LAYOUT_DLEDGER,
+    LAYOUT_MASTER_SLAVE,
+    PAST_THE_CHECKS_S,
+    ClusterConfig,
+    shifted,
+)
 from integration.constants import POLL_S
 from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
@@ -63,6 +72,8 @@ KILL_BROKER_PORTS = (shifted(13911), shifted(13921))
 # The broker killed under the commit holds part of the target; the other one keeps the ledger.
 KILLED_BROKER, SURVIVOR = BROKER_NAMES
 KILL_QUEUES = 4
+# The replicated clusters' one broker name.
+DLEDGER_BROKER = BROKER_NAMES[0]
 # From the resume to the commit's failure: the ENDs to a dead broker fail as soon as they are sent.
 COMMIT_FAILS_WITHIN_S = 60.0
 # The line of a Python traceback that names the connector's exception and says what failed.
@@ -335,3 +346,57 @@ def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
     (local_target, local_ledger) = topics(rocketmq, unique, "eo-sync", "eo-sync-ledger")
     alone = {**options, "topic": local_target, "nameServer": rocketmq.namesrv_addr, "transactionTopic": local_ledger}
     assert async_replicated(parse_sink_options(alone)) == []
+
+
+@pytest.mark.eo_faults
+def test_a_dledger_failover_while_the_driver_commits_publishes_each_row_once(
+    clusters: Clusters, unique: Any, tmp_path: Path
+) -> None:
+    """A DLedger group of three holds the source, the target and the ledger; its leader is
+    SIGKILLed once the batch's decision is recorded (each send acknowledged by a quorum) and before
+    the first COMMIT. The other two elect a leader that holds the halves and the decision at the
+    same commit-log offsets: the commit goes on against it, or fails at the dead leader and a run on
+    the checkpoint finishes it. Either way, each row once."""
+    cluster = clusters.get(LAYOUT_DLEDGER, short_transaction_checks=True)
+    handle = handle_of(cluster)
+    origin, target, ledger = unique("eo-dl-in"), unique("eo-dl-out"), unique("eo-dl-ledger")
+    for topic in (origin, target, ledger):
+        create_topic(handle, topic, queues=KILL_QUEUES)
+        cluster.spread_topic(topic)
+    checkpoint = tmp_path / "checkpoint"
+    copy = copy_job(handle, origin, target, ledger, unique("eo-dl"), checkpoint)
+    produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
+    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
+    paused, resume = tmp_path / "paused", tmp_path / "resume"
+    env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
+    driver = Driver(sys.executable, tmp_path / "run-failover", env)
+    try:
+        number = driver.submit("copy_available_now", **copy)
+        wait_paused(driver, number, paused, Point.DECIDED)
+        state, decision = batch_state(records)
+        assert state is State.DECIDED and decision is not None
+        assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
+        leader = cluster.master(DLEDGER_BROKER)
+        assert leader is not None, f"{DLEDGER_BROKER} has no leader"
+        cluster.kill(leader)
+        killed = time.monotonic()
+        elected = cluster.wait_master(DLEDGER_BROKER, other_than=leader)
+        print(f"{leader} killed with batch 0 decided; {elected} elected in {time.monotonic() - killed:.1f} s")
+        resume.touch()
+        answer = driver.answer(number)
+    finally:
+        driver.end()
+    if "error" in answer:
+        print(f"the commit failed at the dead leader: {raised(answer['error']['message'])}")
+        driver = Driver(sys.executable, tmp_path / "run-after")
+        try:
+            finished = driver.answer(driver.submit("copy_available_now", **copy))
+            assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
+        finally:
+            driver.end()
+    else:
+        print("the commit went on against the new leader")
+    assert (checkpoint / "commits" / "0").exists(), "batch 0 was never committed"
+    state, _ = batch_state(records)
+    assert state is State.DONE
+    assert java_bodies(handle, target, ROWS) == sorted(f"row-{i}" for i in range(ROWS))

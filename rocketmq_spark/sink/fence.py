@@ -2,13 +2,13 @@
 
 Two queries (or batch writes) of one ``producerGroup`` must not resolve halves at once: each
 finishes the group's decisions an earlier run left, and two of them finishing one decision would
-each commit the halves the other has not stored yet (every such half stored twice). So every
-step that reads the group's records and resolves halves runs under a lock: the broker's lock on
-the group's queue of the transaction topic (``remoting.locks``), held by the query's id (a
-``df.write``'s ``writeId``, or its run). A restarted query holds it again at once (the same id);
-another one waits for it to lapse (a writer that stopped, or died, less than the broker's lock
-lifetime ago) and is then refused with an error naming the group. A committer renews the lock
-while it puts ENDs and stops if another took it (it paused for longer than the lifetime).
+each commit the halves the other has not stored yet (every such half stored twice). So every step
+that reads the group's records and resolves halves runs under a lock: the broker's lock on the
+group's first record queue of the transaction topic (``Ledger.place``; ``remoting.locks``), held by
+the query's id (a ``df.write``'s ``writeId``, or its run). A restarted query holds it again at once
+(the same id); another one waits for it to lapse (a writer that stopped, or died, less than the
+broker's lock lifetime ago) and is then refused with an error naming the group. A committer renews
+the lock while it puts ENDs and stops if another took it (it paused for longer than the lifetime).
 """
 
 from __future__ import annotations
