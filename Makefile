@@ -107,12 +107,13 @@ integration: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration -m "not package and not spark_lines and not faults and not docs and not double_failover and not eo_faults" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # The compatibility subset of the source and the sink against one release (test_versions.py,
-# test_sink_versions.py) and, on 4.9.7, least-privilege users of its plain ACL
-# (test_least_privilege.py; 5.5.1's brokers cannot authorize here, see integration/versions.py).
+# test_sink_versions.py) and, on 4.9.7, least-privilege users of its plain ACL, the source's and
+# the sink's and exactly-once's (test_least_privilege.py, test_exactly_once_acl.py; 5.5.1's
+# brokers cannot authorize here, see integration/versions.py).
 # On a 5.x release, then the source's subset again on brokers whose consume queues live in
-# RocksDB (compat-rocksdb's run). E.g. make compat ROCKETMQ_VERSION=4.9.7 (about 4 minutes on
+# RocksDB (compat-rocksdb's run). E.g. make compat ROCKETMQ_VERSION=4.9.7 (about 8 minutes on
 # 4.9.7, 8 on 5.x, where the cases also run through the proxy; see docs/running-rocketmq.md).
-COMPAT_LEAST_PRIVILEGE = $(if $(filter 4.9.7,$(ROCKETMQ_VERSION)),integration/tests/test_least_privilege.py,)
+COMPAT_LEAST_PRIVILEGE = $(if $(filter 4.9.7,$(ROCKETMQ_VERSION)),integration/tests/test_least_privilege.py integration/tests/test_exactly_once_acl.py,)
 COMPAT_ROCKSDB = $(if $(filter 5.%,$(ROCKETMQ_VERSION)),compat-rocksdb,)
 compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop

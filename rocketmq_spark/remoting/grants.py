@@ -14,7 +14,7 @@ missing action would take away the others.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from rocketmq_spark.remoting.codes import RequestCode
@@ -110,6 +110,11 @@ class Denial:
             f"(this replaces the user's actions on {self.resource}: keep in -a any other it needs; "
             "docs/security.md lists them per use)"
         )
+
+    def widened(self, actions: tuple[str, ...]) -> Denial:
+        """This denial for a use that needs ``actions`` on the resource (more than a plain
+        reader's or writer's): its grant line asks for them all."""
+        return replace(self, grant_actions=tuple(dict.fromkeys(actions + self.grant_actions)), uses=())
 
     def _grant_line(self, actions: tuple[str, ...]) -> str:
         return (

@@ -202,7 +202,7 @@ class Committer:
             raise CommitFailedError(
                 f"{len(failures)} END_TRANSACTION ({resolution.name}) request(s) failed, first: {failures[0]}; "
                 "the decision is recorded, and the next start (or Spark's retry) finishes it"
-            )
+            ) from failures[0]
 
     def _unstored(self, decision: Decision) -> list[Pending]:
         """The decided halves not stored in their target queues yet, in half-queue order."""

@@ -9,7 +9,8 @@ restarted driver's halves are told from those of the run before it.
 Refused before anything is sent: a 5.x proxy endpoint (its remoting port answers
 END_TRANSACTION and commits nothing), ``delayLevel`` and ``deliverTime`` columns (a transactional
 message takes no delay: RocketMQ's Java producer clears it), a transaction topic that does not exist.
-Warned of: masters that replicate asynchronously to their slaves.
+Warned of: masters that replicate asynchronously to their slaves. A refusal by the ACL asks for
+every action exactly once needs on its resource (``transaction_grants``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from rocketmq_spark.sink.halves import HalfLog, SentHalves, Transaction
 from rocketmq_spark.sink.options import DELIVERY_GUARANTEE, EXACTLY_ONCE, SinkOptions
 from rocketmq_spark.sink.spark_api import StreamWriterBase
 from rocketmq_spark.sink.task import WrittenRows, write_task
+from rocketmq_spark.sink.transaction_grants import granted_as_exactly_once
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ def _attempt() -> int:
 class ExactlyOnceStreamWriter(StreamWriterBase):
     """``writeStream`` exactly once: a micro-batch becomes visible when Spark commits it."""
 
+    @granted_as_exactly_once()
     def __init__(self, options: SinkOptions, names: dict[str, str]) -> None:
         refuse_what_cannot_be_exactly_once(options, names)
         self.options = options
@@ -126,11 +129,13 @@ class ExactlyOnceStreamWriter(StreamWriterBase):
         # Its transaction topic is checked now, before any task sends.
         Committer(options, self.run).ledger.place()
 
+    @granted_as_exactly_once()
     def write(self, iterator: Iterator[Any]) -> WrittenRows:
         transaction = Transaction.of_task(self.run, None)
         halves = HalfLog(self.options.producer_group, transaction, _attempt())
         return write_task(self.options, self.names, iterator, halves)
 
+    @granted_as_exactly_once()
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = _sent(messages)
         if not sent:
@@ -138,6 +143,7 @@ class ExactlyOnceStreamWriter(StreamWriterBase):
         plan = Committer(self.options, sent[0].transaction.query).commit(sent[0].transaction, sent)
         log.info("micro-batch %d: %s (%d row(s))", batchId, plan.says, sum(len(s) for s in sent))
 
+    @granted_as_exactly_once()
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = _sent(messages)
         if sent:
@@ -149,6 +155,7 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
     """``df.write`` exactly once: all of the job's rows become visible, or none. With a
     ``writeId``, a write that finds the same id committed writes nothing and says so."""
 
+    @granted_as_exactly_once()
     def __init__(self, options: SinkOptions, names: dict[str, str]) -> None:
         refuse_what_cannot_be_exactly_once(options, names)
         assert options.exactly_once is not None
@@ -164,6 +171,7 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
         if self.skip:
             log.warning("write %s of producer group %s: %s", self.write_id, options.producer_group, plan.says)
 
+    @granted_as_exactly_once()
     def write(self, iterator: Iterator[Any]) -> WrittenRows:
         if self.skip:
             return WrittenRows(0, 0)
@@ -171,12 +179,14 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):
         halves = HalfLog(self.options.producer_group, transaction, _attempt())
         return write_task(self.options, self.names, iterator, halves)
 
+    @granted_as_exactly_once()
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
             plan = self._resolve(Committer.commit, sent)
             log.info("write %s: %s (%d row(s))", self.write_id, plan.says, sum(len(s) for s in sent))
 
+    @granted_as_exactly_once()
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if sent:
