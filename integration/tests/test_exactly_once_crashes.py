@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from integration.cluster_config import (
@@ -39,7 +40,7 @@ from integration.constants import POLL_S
 from integration.failover import Clusters, cluster_pool, handle_of
 from integration.lines import Driver
 from integration.support import ClusterHandle, create_topic, eventually, own_cluster, produce
-from integration.tests.test_exactly_once import WAIT_S, exactly_once, halves_stored, java_bodies, stored_count, topics
+from integration.tests.test_exactly_once import WAIT_S, halves_stored, java_bodies, stored_count, topics
 from rocketmq_spark.model import ClientConfig, MessageQueue
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
@@ -50,7 +51,7 @@ from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.crash_points import PAUSE_AT_ENV, PAUSED_FILE_ENV, RESUME_FILE_ENV, Point
 from rocketmq_spark.sink.decision_record import PROPERTY_ATTEMPT, Decision
 from rocketmq_spark.sink.decisions import State
-from rocketmq_spark.sink.exactly_once import async_replicated
+from rocketmq_spark.sink.exactly_once import ExactlyOnceBatchWriter, async_replicated
 from rocketmq_spark.sink.ledger import Ledger, ranked
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.scans import scan
@@ -292,30 +293,42 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
 
 @pytest.mark.eo_faults
 def test_a_rerun_finds_its_write_while_a_broker_holding_its_records_is_down(
-    spark: Any, eo_brokers: ClusterHandle, unique: Any
+    eo_brokers: ClusterHandle, unique: Any
 ) -> None:
     """A write's records go to both brokers of the transaction topic. Once the write committed,
     the broker first in the group's order of them (its lock's, and its first copy's) is SIGKILLed,
     and the name server drops it; the rerun of the writeId finds the other copy and writes
-    nothing. The target lies on the other broker, so a rerun that missed the records would write."""
+    nothing. Run without Spark: the batch writer's driver side (its start, which decides whether
+    to write, and its commit) and a task's sends, against the real brokers."""
     handle, cluster = eo_brokers, eo_brokers.started
     target, ledger, group = unique("eo-down-out"), unique("eo-down-ledger"), unique("eo-down-group")
     first, other = ranked(group, BROKER_NAMES)
     create_topic(handle, target, queues=KILL_QUEUES, brokers=other)
     create_topic(handle, ledger, queues=KILL_QUEUES)
-    df = spark.range(ROWS).selectExpr("cast(concat('down-', id) as binary) as body").repartition(2)
-    expected = sorted(f"down-{i}" for i in range(ROWS))
-    exactly_once(df.write.mode("append"), handle, target, group, ledger).option("writeId", "down-1").save()
-    assert java_bodies(handle, target, ROWS) == expected
+    options = parse_sink_options(
+        {
+            "nameServer": handle.namesrv_addr,
+            "topic": target,
+            "deliveryGuarantee": "exactly-once",
+            "producerGroup": group,
+            "transactionTopic": ledger,
+            "writeId": "down-1",
+        }
+    )
+    bodies = [f"down-{i}" for i in range(ROWS)]
+    writer = ExactlyOnceBatchWriter(options, {"body": "body"})
+    assert not writer.skip, "a writeId never written is written"
+    written = writer.write(iter([pa.record_batch({"body": pa.array([b.encode() for b in bodies])})]))
+    writer.commit([written])
+    assert java_bodies(handle, target, ROWS) == sorted(bodies)
     cluster.kill(first)
     try:
         with RocketMQClient(ClientConfig(name_servers=(handle.namesrv_addr,))) as client:
             eventually(
                 lambda: set(client.topic_route(ledger).brokers) == {other}, f"{first} stayed in the route", WAIT_S
             )
-        time.sleep(ROUTE_REFRESH_S)  # routes cached by the writer's processes are asked again
-        exactly_once(df.write.mode("append"), handle, target, group, ledger).option("writeId", "down-1").save()
-        assert java_bodies(handle, target, ROWS) == expected
+        time.sleep(ROUTE_REFRESH_S)  # the route this process holds is asked again
+        assert ExactlyOnceBatchWriter(options, {"body": "body"}).skip, "the rerun did not find its write committed"
     finally:
         cluster.restart(first)
 
