@@ -113,7 +113,8 @@ class DataLoss:
             lost_to,
             f"are beyond the queue's end (max {max_offset}) although the batch was planned within it: "
             "the queue went backwards since, either because its broker name has a new master that lacks "
-            "them (RocketMQ lost them in a failover) or because the topic was recreated",
+            "them (RocketMQ lost them in a failover, or in a restart after a crash that recovered a shorter store) "
+            "or because the topic was recreated",
         )
 
     @classmethod
@@ -302,12 +303,14 @@ def _failover_detail(losses: list[DataLoss], fail_on_data_loss: bool) -> str:
     if any(loss.stopped for loss in losses):
         cause = (
             f"In all {total} messages the checkpoint counted on are gone: a new master that lacked them took "
-            "over while the query was stopped (RocketMQ lost them in a failover), or the topic was recreated"
+            "over while the query was stopped (RocketMQ lost them in a failover, or in a restart after a crash that "
+            "recovered a shorter store), or the topic was recreated"
         )
     else:
         cause = (
-            f"In all {total} messages the master before held were lost by RocketMQ in the failover (not "
-            "copied to the new master when the old one stopped; the topic was not recreated)"
+            f"In all {total} messages the master before held were lost by RocketMQ (not copied to a new master "
+            "before the old one stopped, or cut by a restart after a crash that recovered a shorter store; the "
+            "topic was not recreated)"
         )
     return (
         f"{'. '.join(parts)}. {cause}: {read} of them this query had read (they are in its sink), "
