@@ -120,14 +120,14 @@ compat: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m pytest integration/tests/test_versions.py integration/tests/test_sink_versions.py $(COMPAT_LEAST_PRIVILEGE) $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 	$(if $(COMPAT_ROCKSDB),$(MAKE) compat-rocksdb,)
 
-# The source's compatibility subset (test_versions.py), its expired messages (test_retention.py)
-# and a store cut back by a crash's recovery (test_truncation.py) against brokers whose consume queues live in RocksDB
+# The source's compatibility subset (test_versions.py) and its expired messages
+# (test_retention.py) against brokers whose consume queues live in RocksDB
 # (storeType=defaultRocksDB), through the brokers only: the store answers offsets and searches by
 # time, whichever endpoint asks, and the sink reads none of it. 5.3.3 unless ROCKETMQ_VERSION says
 # otherwise (5.x only); about 5 minutes.
 compat-rocksdb: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
-	ROCKETMQ_STORE=rocksdb $(PY) -m pytest integration/tests/test_versions.py integration/tests/test_retention.py integration/tests/test_truncation.py -k "not proxy" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
+	ROCKETMQ_STORE=rocksdb $(PY) -m pytest integration/tests/test_versions.py integration/tests/test_retention.py -k "not proxy" $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
 # Faults under a running stream, each on 20,000 messages with exactly-once output and exact stored
 # offsets checked afterwards: a broker and a name server killed (SIGKILL) and restarted, one of two

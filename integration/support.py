@@ -106,14 +106,15 @@ def own_cluster(config: ClusterConfig) -> Iterator[ClusterHandle]:
 class Early(Generic[T]):
     """A module's fixture whose preparation mostly waits (a broker's file cleanup, which starts a
     minute after the broker does), entered in a thread of its own as the session starts, so the
-    wait passes beside other modules' tests; ``result`` waits for it, ``close`` leaves it at the
-    session's end. Modules register theirs in ``EARLY`` when they are imported; conftest starts
+    wait passes beside other modules' tests; ``result`` waits for it, ``close`` leaves it (the
+    module's own fixture, as the module ends; the session's end, if not before). Modules register theirs in ``EARLY`` when they are imported; conftest starts
     those whose module has tests selected."""
 
     def __init__(self, manager: AbstractContextManager[T]) -> None:
         self._manager = manager
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._closed = False
         self._thread = threading.Thread(target=self._enter, name="early-fixture", daemon=True)
         self._thread.start()
 
@@ -131,8 +132,10 @@ class Early(Generic[T]):
         return self._value
 
     def close(self) -> None:
+        """Leave the fixture (once: its module does when it ends, the session again at its end)."""
         self._thread.join()
-        if self._error is None:
+        if self._error is None and not self._closed:
+            self._closed = True
             self._manager.__exit__(None, None, None)
 
 

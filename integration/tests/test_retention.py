@@ -160,8 +160,11 @@ EARLY[__name__] = expired_messages
 
 
 @pytest.fixture(scope="module")
-def expired(early: dict[str, Early[Expired]]) -> Expired:
-    return early[__name__].result()
+def expired(early: dict[str, Early[Expired]]) -> Iterator[Expired]:
+    """The early fixture's cluster, stopped when the module ends: it does not idle beside the rest."""
+    prepared = early[__name__]
+    yield prepared.result()
+    prepared.close()
 
 
 def keys_of(df: Any) -> list[str]:
