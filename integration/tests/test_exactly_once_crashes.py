@@ -137,6 +137,36 @@ def wait_paused(driver: Driver, number: int, paused: Path, point: Point) -> None
         time.sleep(POLL_S)
 
 
+def paused_at_decision(
+    handle: ClusterHandle, copy: dict[str, Any], records: Ledger, run_dir: Path
+) -> tuple[Driver, int, Decision, Path]:
+    """A run of ``copy`` stopped at its batch's decision, with nothing committed yet: its driver
+    (to end), its request, the decision, and the file that lets it go on."""
+    paused, resume = run_dir / "paused", run_dir / "resume"
+    env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
+    driver = Driver(sys.executable, run_dir / "run", env)
+    try:
+        number = driver.submit("copy_available_now", **copy)
+        wait_paused(driver, number, paused, Point.DECIDED)
+        state, decision = batch_state(records)
+        assert state is State.DECIDED and decision is not None
+        assert stored_count(handle, copy["sink"]["topic"]) == 0, "a COMMIT came before the pause at the decision"
+    except BaseException:
+        driver.end()
+        raise
+    return driver, number, decision, resume
+
+
+def run_on_checkpoint(copy: dict[str, Any], run_dir: Path) -> None:
+    """Run ``copy`` again on its checkpoint, to its end; it must not fail."""
+    driver = Driver(sys.executable, run_dir)
+    try:
+        finished = driver.answer(driver.submit("copy_available_now", **copy))
+        assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
+    finally:
+        driver.end()
+
+
 @pytest.mark.eo_faults
 def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each_row_once(
     rocketmq: ClusterHandle, unique: Any, tmp_path: Path
@@ -183,12 +213,7 @@ def test_a_driver_killed_at_each_moment_of_a_commit_and_restarted_publishes_each
             print(f"the brokers set the {decision.count} decided halves aside")
         else:
             assert state is State.DONE
-    driver = Driver(sys.executable, tmp_path / "run-end")
-    try:
-        answer = driver.answer(driver.submit("copy_available_now", **copy))
-        assert "error" not in answer, f"the last run failed: {answer}\n{driver.notices()}"
-    finally:
-        driver.end()
+    run_on_checkpoint(copy, tmp_path / "run-end")
     assert (checkpoint / "commits" / "0").exists(), "the last run did not commit batch 0"
     expected = sorted(f"row-{i}" for i in range(ROWS))
     assert java_bodies(rocketmq, target, ROWS) == expected
@@ -242,15 +267,8 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
     copy = copy_job(handle, origin, target, ledger, unique("eo-broker"), checkpoint)
     produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
     records = Committer(parse_sink_options(copy["sink"]), "test").ledger
-    paused, resume = tmp_path / "paused", tmp_path / "resume"
-    env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
-    driver = Driver(sys.executable, tmp_path / "run-killed-broker", env)
+    driver, number, decision, resume = paused_at_decision(handle, copy, records, tmp_path)
     try:
-        number = driver.submit("copy_available_now", **copy)
-        wait_paused(driver, number, paused, Point.DECIDED)
-        state, decision = batch_state(records)
-        assert state is State.DECIDED and decision is not None
-        assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
         on_killed = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
         assert on_killed > 0, f"no decided half lies on {KILLED_BROKER}: the kill would miss the commit"
         cluster.kill(KILLED_BROKER)
@@ -278,12 +296,7 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
     assert state is State.DECIDED, "the failed commit should leave the decision standing"
     assert partial <= decision.count - on_killed, f"a COMMIT to {KILLED_BROKER} was stored while it was dead"
     assert not (checkpoint / "commits" / "0").exists(), "Spark committed the batch whose commit failed"
-    driver = Driver(sys.executable, tmp_path / "run-after")
-    try:
-        finished = driver.answer(driver.submit("copy_available_now", **copy))
-        assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
-    finally:
-        driver.end()
+    run_on_checkpoint(copy, tmp_path / "run-after")
     assert (checkpoint / "commits" / "0").exists(), "the run on the checkpoint did not commit batch 0"
     state, _ = batch_state(records)
     print(f"restarted on the checkpoint: batch 0 {state.value}")
@@ -380,15 +393,8 @@ def test_a_dledger_failover_while_the_driver_commits_publishes_each_row_once(
     copy = copy_job(handle, origin, target, ledger, unique("eo-dl"), checkpoint)
     produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
     records = Committer(parse_sink_options(copy["sink"]), "test").ledger
-    paused, resume = tmp_path / "paused", tmp_path / "resume"
-    env = {PAUSE_AT_ENV: Point.DECIDED.value, PAUSED_FILE_ENV: str(paused), RESUME_FILE_ENV: str(resume)}
-    driver = Driver(sys.executable, tmp_path / "run-failover", env)
+    driver, number, _, resume = paused_at_decision(handle, copy, records, tmp_path)
     try:
-        number = driver.submit("copy_available_now", **copy)
-        wait_paused(driver, number, paused, Point.DECIDED)
-        state, decision = batch_state(records)
-        assert state is State.DECIDED and decision is not None
-        assert stored_count(handle, target) == 0, "a COMMIT came before the pause at the decision"
         leader = cluster.master(DLEDGER_BROKER)
         assert leader is not None, f"{DLEDGER_BROKER} has no leader"
         cluster.kill(leader)
@@ -401,12 +407,7 @@ def test_a_dledger_failover_while_the_driver_commits_publishes_each_row_once(
         driver.end()
     if "error" in answer:
         print(f"the commit failed at the dead leader: {raised(answer['error']['message'])}")
-        driver = Driver(sys.executable, tmp_path / "run-after")
-        try:
-            finished = driver.answer(driver.submit("copy_available_now", **copy))
-            assert "error" not in finished, f"the run on the checkpoint failed: {finished}\n{driver.notices()}"
-        finally:
-            driver.end()
+        run_on_checkpoint(copy, tmp_path / "run-after")
     else:
         print("the commit went on against the new leader")
     assert (checkpoint / "commits" / "0").exists(), "batch 0 was never committed"
