@@ -33,7 +33,7 @@ import pytest
 
 from integration.cluster import ACL_PASSWORD, ACL_USER, CLUSTER_NAME, Cluster
 from integration.failfast import Overhead
-from integration.tests.test_least_privilege import make_user, plain_acl
+from integration.tests.test_least_privilege import credentials, make_user, plain_account, plain_acl
 from rocketmq_spark.model import Credentials
 from rocketmq_spark.remoting.transactions import Resolution
 from rocketmq_spark.sink.commit import HALF_TOPIC, Committer
@@ -165,29 +165,9 @@ def make_writer(cluster: Cluster, role: str, grants: Mapping[str, tuple[str, ...
     5.x ``make_user`` with the first resource, then one ``createAcl`` per other; on 4.9 one
     plain_acl.yml account whose entries carry what its PUB and SUB grant of those actions."""
     if plain_acl(cluster):
+        user = credentials(role)
         perms = {r: "|".join(PLAIN_PERMS[a] for a in actions if a in PLAIN_PERMS) for r, actions in grants.items()}
-        entries = {
-            kind: ",".join(f"{r.split(':', 1)[1]}={p}" for r, p in perms.items() if p and r.startswith(kind))
-            for kind in ("Topic", "Group")
-        }
-        user = Credentials(f"{role}-{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:12]}")
-        cluster.mqadmin(
-            "updateAclConfig",
-            "-c",
-            CLUSTER_NAME,
-            "-a",
-            user.access_key,
-            "-s",
-            user.secret_key,
-            "-i",
-            "DENY",
-            "-u",
-            "DENY",
-            "-m",
-            "false",
-            *(("-t", entries["Topic"]) if entries["Topic"] else ()),
-            *(("-g", entries["Group"]) if entries["Group"] else ()),
-        )
+        plain_account(cluster, user, {r: p for r, p in perms.items() if p})
         return user
     (first, actions), *others = grants.items()
     user = make_user(cluster, role, ",".join(actions), first)

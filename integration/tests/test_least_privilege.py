@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,33 +85,43 @@ def plain_acl(cluster: Cluster) -> bool:
     return cluster.config.release.acl is AclStyle.PLAIN
 
 
+def credentials(role: str) -> Credentials:
+    """A new user's access key (named after its role) and secret."""
+    return Credentials(f"{role}-{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:12]}")
+
+
+def plain_account(cluster: Cluster, user: Credentials, perms: Mapping[str, str]) -> None:
+    """4.9's plain_acl.yml account of ``user``: DENY by default, and each resource ("Topic:t",
+    "Group:g") with its permission ("SUB", "PUB|SUB")."""
+    entries = {
+        kind: ",".join(f"{r.split(':', 1)[1]}={perm}" for r, perm in perms.items() if r.startswith(kind))
+        for kind in ("Topic", "Group")
+    }
+    cluster.mqadmin(
+        "updateAclConfig",
+        "-c",
+        CLUSTER_NAME,
+        "-a",
+        user.access_key,
+        "-s",
+        user.secret_key,
+        "-i",
+        "DENY",
+        "-u",
+        "DENY",
+        "-m",
+        "false",
+        *(("-t", entries["Topic"]) if entries["Topic"] else ()),
+        *(("-g", entries["Group"]) if entries["Group"] else ()),
+    )
+
+
 def make_user(cluster: Cluster, role: str, actions: str, *resources: str) -> Credentials:
     """A user of its own allowed ``actions`` ("Sub", "Pub") on each resource ("Topic:t",
     "Group:g") and nothing else, as an operator makes one."""
-    user = Credentials(f"{role}-{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:12]}")
+    user = credentials(role)
     if plain_acl(cluster):
-        perm = actions.upper()
-        entries = {
-            kind: ",".join(f"{r.split(':', 1)[1]}={perm}" for r in resources if r.startswith(kind))
-            for kind in ("Topic", "Group")
-        }
-        cluster.mqadmin(
-            "updateAclConfig",
-            "-c",
-            CLUSTER_NAME,
-            "-a",
-            user.access_key,
-            "-s",
-            user.secret_key,
-            "-i",
-            "DENY",
-            "-u",
-            "DENY",
-            "-m",
-            "false",
-            *(("-t", entries["Topic"]) if entries["Topic"] else ()),
-            *(("-g", entries["Group"]) if entries["Group"] else ()),
-        )
+        plain_account(cluster, user, {r: actions.upper() for r in resources})
         return user
     cluster.mqadmin("createUser", "-c", CLUSTER_NAME, "-u", user.access_key, "-p", user.secret_key)
     subject = f"User:{user.access_key}"
