@@ -7,7 +7,8 @@ test_least_privilege makes them (``make_user``), here with the actions each reso
 
 * a writer holding exactly those grants writes once with a ``writeId``: RocketMQ's Java consumer,
   as the administrator, finds every row once; the same write run again finds it done in its
-  records and writes nothing;
+  records and writes nothing; a ``writeStream`` query as that user publishes each row once over
+  several batches and a restart on its checkpoint;
 * each grant taken away in turn (a user made without it) fails the write in seconds with an
   error naming the resource and the action, and leaves nothing visible in the target. 4.9's
   plain ACL checks neither the min and max offsets nor the lock: there a user without ``Get``
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +54,9 @@ PARTITIONS = 2
 # The COMMITs a driver put before it died, of the decided write's ROWS.
 COMMITTED_BEFORE_DEATH = ROWS // 3
 WRITE_ID = "nightly-acl"
+# The stream's batches per run (maxMessagesPerTrigger spreads ROWS over them), and its wait.
+STREAM_BATCHES = 3
+STREAM_TIMEOUT_S = 180.0
 # A refused write ends before this, counted past what Spark alone takes to fail a batch read:
 # the refusal is not retried, whichever of the driver's steps or the tasks meet it.
 REFUSED_WITHIN_S = 20.0
@@ -210,6 +215,55 @@ def test_the_rerun_of_a_write_that_died_after_deciding_finishes_it_once(spark: A
     write.die_after_deciding(user)
     write.run(spark, user)  # finishes the decided write, then finds it done and sends nothing
     assert write.bodies() == sorted(f"row-{i}" for i in range(ROWS))
+
+
+def test_a_stream_as_a_writer_with_the_listed_grants_publishes_each_row_once_across_a_restart(
+    spark: Any, acl_cluster: Cluster, tmp_path: Path
+) -> None:
+    """NEEDS is enough for writeStream too: a query's batches, keyed by its checkpointed id, each
+    decided and finished as this user, and a restart on its checkpoint that first reads the
+    query's records back. The source reads as the administrator: only the sink's grants are
+    under test."""
+    write = Write.make(acl_cluster, "stream")
+    origin = f"{write.target}-origin"
+    write.admin("create-topic", "--topic", origin, "--queues", str(QUEUES))
+    user = write.grant("eo-streamer")
+    checkpoint = tmp_path / "checkpoint"
+
+    def wave(first: int) -> None:
+        """ROWS rows into the origin and a run of the query over what it has not read yet."""
+        write.admin("produce", "--topic", origin, "--count", str(ROWS), "--body", f"wave{first}-{{i}}")
+        source = {
+            "nameServer": acl_cluster.namesrv_addr,
+            "accessKey": ACL_USER,
+            "secretKey": ACL_PASSWORD,
+            "topic": origin,
+            "consumerGroup": f"{write.group}-reader",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "maxMessagesPerTrigger": str(ROWS // STREAM_BATCHES),
+        }
+        query = (
+            spark.readStream.format("rocketmq")
+            .options(**source)
+            .load()
+            .select("body")
+            .writeStream.format("rocketmq")
+            .options(**write.options(user))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(STREAM_TIMEOUT_S), "the stream did not finish"
+        finally:
+            query.stop()
+        assert query.exception() is None, query.exception()
+        assert len(query.recentProgress) >= STREAM_BATCHES, "the rows were not spread over several batches"
+
+    wave(0)
+    wave(1)  # the same query restarted on its checkpoint
+    expected = sorted(f"wave{w}-{i}" for w in (0, 1) for i in range(ROWS))
+    assert write.bodies() == expected
 
 
 # Each (part, action) the write cannot do without on ACL 2.0.
