@@ -14,6 +14,7 @@ ordinary messages, keyed ``group/query/batch`` for ``mqadmin queryMsgByKey``.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import zlib
@@ -27,7 +28,7 @@ from rocketmq_spark.records.outgoing import UniqueIds, encode_properties, messag
 from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.calls import Call
 from rocketmq_spark.remoting.codes import ResponseCode
-from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, TopicNotFoundError
+from rocketmq_spark.remoting.errors import BrokerResponseError, NoReplicaError, RocketMQError, TopicNotFoundError
 from rocketmq_spark.remoting.locks import lock_queues, unlock_queues
 from rocketmq_spark.remoting.replicas import Replicas
 from rocketmq_spark.remoting.retry import Retry
@@ -40,6 +41,8 @@ from rocketmq_spark.sink.scans import scan
 from rocketmq_spark.sink.shared import SendingClient
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 TAG_DECISION = "decision"
 TAG_DONE = "done"
@@ -145,7 +148,8 @@ class Ledger:
             return None  # the group never settled anything on this broker
 
     def decide(self, decision: Decision) -> None:
-        """Record the decision; returns once every copy's broker stored it (SEND_OK)."""
+        """Record the decision; returns once every copy's broker stored it (SEND_OK), a broker
+        that failed meanwhile replaced by the next (``_write``)."""
         self._write(decision.key, TAG_DECISION, decision.encode())
 
     def done(self, key: str) -> None:
@@ -192,9 +196,11 @@ class Ledger:
                 f"or set {TRANSACTION_TOPIC} to a topic that exists",
             ) from err
 
-    def _writable(self) -> list[tuple[MessageQueue, str]]:
+    def _writable(self, pass_over: bool = False) -> list[tuple[MessageQueue, str]]:
         """The record queues records go to, the group's first brokers with a master, with their
-        masters' addresses."""
+        masters' addresses; ``pass_over``: but a master that failed lately, which the route may
+        still list, unless every one did (records are read on every broker, so any copy is
+        found; the lock is not)."""
         route = self._route()
         writable = {q.broker_name for q in route.queue_datas if q.writable}
         places = [
@@ -204,27 +210,49 @@ class Ledger:
         ]
         if not places:
             raise NoReplicaError(self.topic, [])
-        return places[:COPIES]
+        answering = [place for place in places if not (pass_over and self._replicas.passed_over(place[1]))]
+        return (answering or places)[:COPIES]
 
     def _write(self, key: str, tag: str, body: bytes) -> None:
+        """Send the record to each of its copies' brokers. A broker that fails is passed over and
+        the copies placed again (a broker lost under a commit: its place goes to the next in the
+        group's order, or the record stays on the others), within the retry budget; a copy sent
+        twice reads as one."""
         properties = encode_properties(message_properties(tags=tag, keys=key, unique_id=self._ids.next()))
-        for queue, address in self._writable():
-            send = send_message(
-                queue,
-                body,
-                group=self.group,
-                properties=properties,
-                sys_flag=0,
-                born_ms=int(time.time() * MS_PER_SECOND),
+        stored: set[str] = set()
+        attempts = self._retry.start()
+        while True:
+            try:
+                for queue, address in self._writable(pass_over=True):
+                    if queue.broker_name not in stored:
+                        self._send(queue, address, key, tag, body, properties)
+                        stored.add(queue.broker_name)
+                return
+            except RocketMQError as err:
+                if not attempts.again(err):
+                    raise
+                if attempts.failed == 1:
+                    log.warning("the %s record of %s failed (%s); retrying %s", tag, key, err, self._retry.limits())
+                attempts.pause()
+
+    def _send(self, queue: MessageQueue, address: str, key: str, tag: str, body: bytes, properties: str) -> None:
+        """One copy of a record, once; a master that fails is passed over for a while."""
+        send = send_message(
+            queue, body, group=self.group, properties=properties, sys_flag=0, born_ms=int(time.time() * MS_PER_SECOND)
+        )
+        try:
+            result = self._client.call(address, send, self._timeout_s)
+        except RocketMQError as err:
+            if err.retriable:
+                self._replicas.failed(address, self.topic)
+            raise
+        if result.status is not SendStatus.SEND_OK:
+            raise TransactionRecordError(
+                TRANSACTION_TOPIC,
+                f"the {tag} record of {key} was stored on {queue.broker_name} as {result.status.value}, "
+                "not flushed or replicated",
+                "Check the broker's disk and its slaves; the next start finishes what this one left",
             )
-            result = self._call(address, send)
-            if result.status is not SendStatus.SEND_OK:
-                raise TransactionRecordError(
-                    TRANSACTION_TOPIC,
-                    f"the {tag} record of {key} was stored on {queue.broker_name} as {result.status.value}, "
-                    "not flushed or replicated",
-                    "Check the broker's disk and its slaves; the next start finishes what this one left",
-                )
 
     def _call(self, address: str, call: Call[T]) -> T:
         return self._retry.call(
