@@ -11,9 +11,11 @@ One Spark process per run (``sparkjobs.py drive``), killed with its whole proces
 Python driver, its JVM and its Python workers), as a crashed host would leave it.
 
 A broker, too, is SIGKILLed at the decision: the paused driver is then let go on (a resume file)
-and meets it dead, and a run on the checkpoint after its restart finishes the batch; so is a
-DLedger group's leader, whose successor holds what the batch needs. A rerun of a committed
-``writeId`` finds its records while the broker of their first copy is down.
+and meets it dead, and a run on the checkpoint after its restart finishes the batch; so is the
+master of a DLedger group and of a controller-mode pair, whose successor holds what the batch
+needs. A broker holding the batch's records is lost the same way, and the batch is finished
+without it. A rerun of a committed ``writeId`` finds its records while the broker of their
+first copy is down.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pytest
 
 from integration.cluster_config import (
     BROKER_NAMES,
+    LAYOUT_CONTROLLER,
     LAYOUT_DLEDGER,
     LAYOUT_MASTER_SLAVE,
     PAST_THE_CHECKS_S,
@@ -74,7 +77,7 @@ KILL_BROKER_PORTS = (shifted(13911), shifted(13921))
 KILLED_BROKER, SURVIVOR = BROKER_NAMES
 KILL_QUEUES = 4
 # The replicated clusters' one broker name.
-DLEDGER_BROKER = BROKER_NAMES[0]
+REPLICATED_BROKER = BROKER_NAMES[0]
 # From the resume to the commit's failure: the ENDs to a dead broker fail as soon as they are sent.
 COMMIT_FAILS_WITHIN_S = 60.0
 # The line of a Python traceback that names the connector's exception and says what failed.
@@ -232,6 +235,11 @@ def batch_state(records: Ledger) -> tuple[State, Decision | None]:
     return (entries.state(keys[0]), entries.decisions[keys[0]]) if keys else (State.UNDECIDED, None)
 
 
+def copies(records: Ledger, decision: Decision) -> set[str]:
+    """The brokers on which the ledger holds a record of ``decision``'s batch."""
+    return {name for name, first in records.read(whole=True).first.items() if decision.key in first}
+
+
 @pytest.fixture(scope="module")
 def eo_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """The broker-kill tests' cluster: two brokers of their own, checking halves back within seconds."""
@@ -305,6 +313,53 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
 
 
 @pytest.mark.eo_faults
+def test_a_broker_holding_the_records_lost_while_the_driver_commits_publishes_each_row_once(
+    eo_brokers: ClusterHandle, unique: Any, tmp_path: Path
+) -> None:
+    """The transaction topic lies on both brokers, so the decision has a copy on each; the source
+    and the target lie on one. The other broker, first in the group's order (its lock's, and
+    its first copy's), is SIGKILLed once the decision is recorded, and stays down. The commit
+    goes on: its COMMITs go to the survivor, and its done record, failing at the lost broker, to
+    the survivor alone (``Ledger._write``). Each row once; and once the broker is back, its copy
+    of the decision reads as done too."""
+    handle, cluster = eo_brokers, eo_brokers.started
+    prefix = unique("eo-lost")
+    lost, survivor = ranked(f"{prefix}-producer", BROKER_NAMES)
+    origin, target, ledger = unique("eo-lost-in"), unique("eo-lost-out"), unique("eo-lost-ledger")
+    create_topic(handle, origin, queues=KILL_QUEUES, brokers=survivor)
+    create_topic(handle, target, queues=KILL_QUEUES, brokers=survivor)
+    create_topic(handle, ledger, queues=KILL_QUEUES)
+    checkpoint = tmp_path / "checkpoint"
+    copy = copy_job(handle, origin, target, ledger, prefix, checkpoint)
+    produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
+    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
+    driver, number, decision, resume = paused_at_decision(handle, copy, records, tmp_path)
+    try:
+        assert copies(records, decision) == set(BROKER_NAMES), "the decision's copies are not on both brokers"
+        cluster.kill(lost)
+        killed = time.monotonic()
+        resume.touch()
+        answer = driver.answer(number)
+        ended = time.monotonic() - killed
+    finally:
+        driver.end()
+    try:
+        assert "error" not in answer, f"the commit failed {ended:.1f} s after {lost} was lost: {answer['error']}"
+        print(f"the commit went on without {lost}, {ended:.1f} s after it was lost")
+        assert (checkpoint / "commits" / "0").exists(), "batch 0 was never committed"
+        assert java_bodies(handle, target, ROWS) == sorted(f"row-{i}" for i in range(ROWS))
+        time.sleep(ROUTE_REFRESH_S)  # the route this process holds is asked again
+        state, _ = batch_state(records)
+        assert state is State.DONE, f"batch 0 is {state.value} on {survivor} alone"
+    finally:
+        cluster.restart(lost)  # on its store: its copy holds the decision and perhaps no done
+    time.sleep(ROUTE_REFRESH_S)
+    eventually(lambda: copies(records, decision) == set(BROKER_NAMES), f"{lost}'s copy did not come back", WAIT_S)
+    state, _ = batch_state(records)
+    assert state is State.DONE, f"with {lost} back, batch 0 of {decision.count} rows reads as {state.value}"
+
+
+@pytest.mark.eo_faults
 def test_a_rerun_finds_its_write_while_a_broker_holding_its_records_is_down(
     eo_brokers: ClusterHandle, unique: Any
 ) -> None:
@@ -375,41 +430,46 @@ def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
 
 
 @pytest.mark.eo_faults
-def test_a_dledger_failover_while_the_driver_commits_publishes_each_row_once(
-    clusters: Clusters, unique: Any, tmp_path: Path
+@pytest.mark.parametrize("layout", [LAYOUT_DLEDGER, LAYOUT_CONTROLLER])
+def test_a_failover_while_the_driver_commits_publishes_each_row_once(
+    clusters: Clusters, unique: Any, tmp_path: Path, layout: str
 ) -> None:
-    """A DLedger group of three holds the source, the target and the ledger; its leader is
-    SIGKILLed once the batch's decision is recorded (each send acknowledged by a quorum) and before
-    the first COMMIT. The other two elect a leader that holds the halves and the decision at the
-    same commit-log offsets: the commit goes on against it, or fails at the dead leader and a run on
-    the checkpoint finishes it. Either way, each row once."""
-    cluster = clusters.get(LAYOUT_DLEDGER, short_transaction_checks=True)
+    """A replicated broker holds the source, the target and the ledger: a DLedger group of three,
+    or a master and its slave in controller mode (a send acknowledged once the in-sync slave has
+    it). Its master is SIGKILLed once the batch's decision is recorded and before the first
+    COMMIT. The new master (a DLedger group's elected leader, or the slave the controller promotes)
+    holds the halves and the decision at the same commit-log offsets: the commit goes on against
+    it, or fails at the dead master and a run on the checkpoint finishes it. Either way, each row
+    once."""
+    cluster = clusters.get(layout, short_transaction_checks=True)
     handle = handle_of(cluster)
-    origin, target, ledger = unique("eo-dl-in"), unique("eo-dl-out"), unique("eo-dl-ledger")
+    origin, target, ledger = unique("eo-fo-in"), unique("eo-fo-out"), unique("eo-fo-ledger")
     for topic in (origin, target, ledger):
         create_topic(handle, topic, queues=KILL_QUEUES)
         cluster.spread_topic(topic)
     checkpoint = tmp_path / "checkpoint"
-    copy = copy_job(handle, origin, target, ledger, unique("eo-dl"), checkpoint)
+    copy = copy_job(handle, origin, target, ledger, unique("eo-fo"), checkpoint)
     produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
     records = Committer(parse_sink_options(copy["sink"]), "test").ledger
     driver, number, _, resume = paused_at_decision(handle, copy, records, tmp_path)
     try:
-        leader = cluster.master(DLEDGER_BROKER)
-        assert leader is not None, f"{DLEDGER_BROKER} has no leader"
-        cluster.kill(leader)
+        master = cluster.master(REPLICATED_BROKER)
+        assert master is not None, f"{REPLICATED_BROKER} has no master"
+        cluster.kill(master)
         killed = time.monotonic()
-        elected = cluster.wait_master(DLEDGER_BROKER, other_than=leader)
-        print(f"{leader} killed with batch 0 decided; {elected} elected in {time.monotonic() - killed:.1f} s")
+        successor = cluster.wait_master(REPLICATED_BROKER, other_than=master)
+        print(
+            f"{layout}: {master} killed with batch 0 decided; {successor} master in {time.monotonic() - killed:.1f} s"
+        )
         resume.touch()
         answer = driver.answer(number)
     finally:
         driver.end()
     if "error" in answer:
-        print(f"the commit failed at the dead leader: {raised(answer['error']['message'])}")
+        print(f"the commit failed at the dead master: {raised(answer['error']['message'])}")
         run_on_checkpoint(copy, tmp_path / "run-after")
     else:
-        print("the commit went on against the new leader")
+        print(f"the commit went on against {successor}")
     assert (checkpoint / "commits" / "0").exists(), "batch 0 was never committed"
     state, _ = batch_state(records)
     assert state is State.DONE
