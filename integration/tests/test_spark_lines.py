@@ -211,6 +211,7 @@ def data(rocketmq: ClusterHandle) -> Data:
             BIG_BROKERS * BIG_QUEUES * BIG_PER_QUEUE,
             "--batch",
             str(BIG_PER_QUEUE),
+            "--each-queue",
             "--quiet",
         )
         window = tools.submit(window_topic, rocketmq, f"lines-window-{run}")

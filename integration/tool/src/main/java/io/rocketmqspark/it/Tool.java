@@ -122,10 +122,11 @@ public final class Tool {
             "  create-topic --topic T --queues N [--brokers broker-a,broker-b] [--attr +key=value]...",
             "  delete-topic --topic T",
             "  produce --topic T --count N [--body TEXT] [--body-size BYTES] [--random-body]",
-            "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B [--queue Q]]",
+            "          [--tags A,B] [--keys TEXT] [--prop k=v]... [--broker B [--queue Q]] [--each-queue]",
             "          [--batch K] [--compress ZLIB|LZ4|ZSTD] [--rate PER_SEC] [--quiet] [--print-body]",
             "          ({i} in --body, --keys and --prop values is replaced by the message index;",
-            "           --broker alone: round robin over that broker's queues, no other broker)",
+            "           --broker alone: round robin over that broker's queues, no other broker;",
+            "           --each-queue: round robin over every queue, a send retried on its own queue)",
             "  offsets --topic T --group G",
             "  set-offset --topic T --group G --broker B --queue Q --offset O",
             "  consume --topic T --count N [--group G] [--batch-size 32] [--print]",
@@ -392,12 +393,17 @@ public final class Tool {
         producer.start();
         // --broker without --queue: only that broker's queues, in turn, and no retry elsewhere, so
         // a message is never sent twice to two brokers while another broker is being failed.
-        List<MessageQueue> brokerQueues = fixedQueue == null && args.has("broker")
+        // --each-queue: every queue in turn, each send to its own queue: the producer's own choice
+        // moves on to the next queue after a busy broker's refusal, which leaves one queue without
+        // its batch and another with two, where a test wants the same count on every queue.
+        boolean inTurn = fixedQueue == null && (args.has("broker") || args.has("each-queue"));
+        List<MessageQueue> brokerQueues = inTurn
             ? producer.fetchPublishMessageQueues(topic).stream()
-                .filter(q -> q.getBrokerName().equals(args.get("broker", null))).toList()
+                .filter(q -> !args.has("broker") || q.getBrokerName().equals(args.get("broker", null))).toList()
             : List.of();
-        if (args.has("broker") && fixedQueue == null && brokerQueues.isEmpty()) {
-            throw new IllegalArgumentException("broker " + args.get("broker", null) + " has no queues of " + topic);
+        if (inTurn && brokerQueues.isEmpty()) {
+            throw new IllegalArgumentException("no queues of " + topic + " to send to"
+                + (args.has("broker") ? " on broker " + args.get("broker", null) : ""));
         }
         Random random = new Random(count);
         long started = System.nanoTime();
