@@ -55,7 +55,9 @@ def test_a_thousand_queues_stream_and_read_exactly_once(
     topic, group = unique("big"), unique("big-group")
     create_topic(rocketmq, topic, queues=QUEUES_PER_BROKER)
     # One batch of PER_QUEUE per send; sends go round the topic's queues, one each.
-    produce(rocketmq, topic, BROKERS * QUEUES_PER_BROKER * PER_QUEUE, "--batch", str(PER_QUEUE), "--each-queue", "--quiet")
+    produce(
+        rocketmq, topic, BROKERS * QUEUES_PER_BROKER * PER_QUEUE, "--batch", str(PER_QUEUE), "--each-queue", "--quiet"
+    )
     ends = max_offsets(rocketmq, topic)
     assert len(ends) == BROKERS * QUEUES_PER_BROKER and set(ends.values()) == {PER_QUEUE}
 
