@@ -220,6 +220,7 @@ class Ledger:
         twice reads as one."""
         properties = encode_properties(message_properties(tags=tag, keys=key, unique_id=self._ids.next()))
         stored: set[str] = set()
+        # Not Retry.call: its outage memory would take another broker's answer for the failed one's.
         attempts = self._retry.start()
         while True:
             try:
