@@ -53,8 +53,21 @@ HALF_TOPIC_WAIT_S = 90.0
 Pending = tuple[Half, MessageQueue, bool]
 
 
+# After an END failed, how long a broker that is still alive may yet put it: the request may wait
+# in its END queue until its fast-failure drops it (``waitTimeMillsInTransactionQueue``, 3 s by
+# default) and then wait for the store (``syncFlushTimeout``, 5 s by default). The lookup that
+# decides what to COMMIT again runs only after this, so it sees every END that was put.
+END_SETTLE_S = 3.0 + 5.0
+
+
 class CommitFailedError(RocketMQError):
-    """Some COMMITs of a decided batch failed: the decision stands, the next start finishes it."""
+    """Some COMMITs of a decided batch failed: the decision stands, and a retry or the next start
+    finishes it. Retriable when every failure was (a lost master, a busy broker)."""
+
+    def __init__(self, message: str, failures: Sequence[RocketMQError], retriable: bool) -> None:
+        super().__init__(message)
+        self.failures = list(failures)
+        self.retriable = retriable
 
 
 class Committer:
@@ -139,9 +152,9 @@ class Committer:
                 entries.decisions[key] = decision
                 reached(Point.DECIDED)
             elif step is Step.COMMIT_OWN:
-                self._end(own, Resolution.COMMIT)
+                self._commit(entries.decisions[key], own)
             elif step is Step.FINISH:
-                self._end(self._unstored(entries.decisions[key]), Resolution.COMMIT)
+                self._commit(entries.decisions[key], None)
             elif step is Step.RECORD_DONE:
                 self.ledger.done(key)
                 entries.done.add(key)
@@ -151,6 +164,44 @@ class Committer:
                     self._end(own, Resolution.ROLLBACK)
                 except RocketMQError as err:  # never visible anyway: the broker sets them aside
                     log.warning("rolling back %d half(s) of %s failed (%s); they stay invisible", len(own), key, err)
+
+    def _commit(self, decision: Decision, own: Sequence[Pending] | None) -> None:
+        """COMMIT a recorded decision's halves: ``own`` (this run's, as its tasks sent them), else
+        those the lookup finds not stored. What fails in a way a retry can fix (a master lost to a
+        failover or a restart, a busy broker) is tried again within the retry budget, never blindly:
+        once a broker that is still alive can no longer put a failed END, the lookup says which
+        halves are stored, and only the others are sent again."""
+        policy = replace(
+            self.retry,
+            first_backoff_s=max(self.retry.first_backoff_s, END_SETTLE_S),
+            max_backoff_s=max(self.retry.max_backoff_s, END_SETTLE_S),
+        )
+        attempts = policy.start()
+        pending = own
+        while True:
+            try:
+                self._end(self._unstored(decision) if pending is None else pending, Resolution.COMMIT)
+            except RocketMQError as err:
+                if not attempts.again(err):  # a lock another writer took is not retried either
+                    raise
+                failures = err.failures if isinstance(err, CommitFailedError) else [err]
+                for address in {f.address for f in failures if f.address is not None}:
+                    self.replicas.failed(address)  # ask the routes again: a new master may serve it
+                log.log(
+                    logging.WARNING if attempts.failed == 1 else logging.INFO,  # one warning an outage
+                    "batch %s: the commit failed (%s); looking up which halves are stored in %.0f s and "
+                    "committing the others, %s",
+                    decision.key,
+                    err,
+                    attempts.pause_s,
+                    policy.limits(),
+                )
+                attempts.pause()
+                pending = None
+            else:
+                if attempts.failed:
+                    log.warning("batch %s: committed after %d failed attempt(s)", decision.key, attempts.failed)
+                return
 
     def _decision(self, transaction: Transaction, sent: Sequence[SentHalves]) -> Decision:
         """The decision of this run's halves, with where each target queue ends now: every COMMIT
@@ -201,7 +252,9 @@ class Committer:
         if failures:
             raise CommitFailedError(
                 f"{len(failures)} END_TRANSACTION ({resolution.name}) request(s) failed, first: {failures[0]}; "
-                "the decision is recorded, and the next start (or Spark's retry) finishes it"
+                "the decision is recorded, and the next start (or Spark's retry) finishes it",
+                failures,
+                all(self.retry.retriable(f) for f in failures),
             ) from failures[0]
 
     def _unstored(self, decision: Decision) -> list[Pending]:
@@ -234,7 +287,9 @@ class Committer:
                 if found != span.count:
                     raise CommitFailedError(
                         f"the half queue of {span.broker_name} holds {found} of the {span.count} halves of {task.mark} "
-                        f"between {span.first} and {span.last}: were its files deleted (fileReservedTime)?"
+                        f"between {span.first} and {span.last}: were its files deleted (fileReservedTime)?",
+                        [],
+                        retriable=False,
                     )
         marks = {task.mark for task in decision.tasks}
         stored: set[str] = set()
