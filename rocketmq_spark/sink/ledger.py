@@ -20,6 +20,7 @@ import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 from rocketmq_spark.config.errors import ConfigurationError
@@ -114,22 +115,34 @@ class Ledger:
         the queue's end."""
         entries = Entries()
         for name in ranked(self.group, self._route().brokers):
-            self._read_broker(name, whole, entries)
+            self._retry.call(partial(self._read_broker, name, whole, entries), f"records of {self.group} on {name}")
         return entries
 
     def _read_broker(self, name: str, whole: bool, entries: Entries) -> None:
         """Add the group's records on broker ``name`` to ``entries``, read from its best replica
-        (a broker whose master is down still answers from a slave)."""
+        (a broker whose master is down still answers from a slave). One attempt: a replica that
+        fails is reported, so that the next attempt asks the routes again and reads another, or
+        passes over a broker that left the route meanwhile (killed, its records' other copies
+        are on the next brokers in the group's order) instead of asking a dead address again."""
+        if name not in self._replicas.route(self.topic).brokers:
+            log.info("broker %s left the route of %s: its records are read from their other copies", name, self.topic)
+            return
         queue = MessageQueue(self.topic, name, RECORD_QUEUE_ID)
-        _, address = self._retry.call(
-            lambda: self._replicas.read_replica(self.topic, name, RECORD_QUEUE_ID), f"replica of {name}"
-        )
-        stored = None if whole else self._settled(queue, address)
-        start = stored if stored is not None else self._call(address, calls.min_offset(queue))
-        entries.ends[name] = end = self._call(address, calls.max_offset(queue))
+        _, address = self._replicas.read_replica(self.topic, name, RECORD_QUEUE_ID)
+        once = self._retry.once()
+        try:
+            stored = None if whole else self._settled(queue, address, once)
+            start = stored if stored is not None else self._call(address, calls.min_offset(queue), once)
+            end = self._call(address, calls.max_offset(queue), once)
+            messages = list(scan(self._client, address, queue, self.group, start, end, once))
+        except RocketMQError as err:
+            if err.retriable:
+                self._replicas.failed(address, self.topic)
+            raise
+        entries.ends[name] = end
         first = entries.first.setdefault(name, {})
         prefix = self.group + SEPARATOR
-        for message in scan(self._client, address, queue, self.group, start, end, self._retry):
+        for message in messages:
             key = message.keys or ""
             if not key.startswith(prefix):
                 continue  # another group's record on the same queue
@@ -139,9 +152,9 @@ class Ledger:
             elif message.tags == TAG_DONE:
                 entries.done.add(key)
 
-    def _settled(self, queue: MessageQueue, address: str) -> int | None:
+    def _settled(self, queue: MessageQueue, address: str, retry: Retry) -> int | None:
         try:
-            return self._call(address, calls.query_consumer_offset(queue, self.group)).offset
+            return self._call(address, calls.query_consumer_offset(queue, self.group), retry).offset
         except BrokerResponseError as err:
             if err.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                 raise
@@ -156,24 +169,35 @@ class Ledger:
         self._write(key, TAG_DONE, key.encode())  # a broker refuses an empty body
 
     def settle(self, entries: Entries) -> None:
-        """Store where the next reader of each broker starts (``Entries.keep_from``); a broker
-        without a master now is settled by a later commit."""
+        """Store where the next reader of each broker starts (``Entries.keep_from``). Only saves
+        the next reader work, so a broker without a master now, or whose master fails now, is
+        not waited for: a later commit settles it."""
         route = self._route()
+        once = self._retry.once()
         for name, end in entries.ends.items():
             address = route.master_address(name)
             if address is None:
                 continue
-            queue = MessageQueue(self.topic, name, RECORD_QUEUE_ID)
-            store = calls.update_consumer_offset(queue, self.group, entries.keep_from(name))
             try:
-                self._call(address, store)
-            except BrokerResponseError as err:
-                if err.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                self._settle(MessageQueue(self.topic, name, RECORD_QUEUE_ID), address, entries.keep_from(name), end)
+            except RocketMQError as err:
+                if not once.retriable(err):
                     raise
-                # A broker creates a group on its first pull (autoCreateSubscriptionGroup), as the
-                # source's commits introduce theirs.
-                self._call(address, calls.pull(calls.PullSpec(queue, self.group), end, 1))
-                self._call(address, store)
+                self._replicas.failed(address, self.topic)
+                log.info("records of %s on %s not settled (%s): a later commit settles them", self.group, name, err)
+
+    def _settle(self, queue: MessageQueue, address: str, keep_from: int, end: int) -> None:
+        store = calls.update_consumer_offset(queue, self.group, keep_from)
+        once = self._retry.once()
+        try:
+            self._call(address, store, once)
+        except BrokerResponseError as err:
+            if err.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise
+            # A broker creates a group on its first pull (autoCreateSubscriptionGroup), as the
+            # source's commits introduce theirs.
+            self._call(address, calls.pull(calls.PullSpec(queue, self.group), end, 1), once)
+            self._call(address, store, once)
 
     def lock(self, holder: str) -> bool:
         """Take or renew the broker's lock on the group's first record queue for ``holder``:
@@ -255,7 +279,7 @@ class Ledger:
                 "Check the broker's disk and its slaves; the next start finishes what this one left",
             )
 
-    def _call(self, address: str, call: Call[T]) -> T:
-        return self._retry.call(
+    def _call(self, address: str, call: Call[T], retry: Retry | None = None) -> T:
+        return (retry or self._retry).call(
             lambda: self._client.call(address, call, self._timeout_s), f"{call.code} on {self.topic}"
         )

@@ -10,7 +10,7 @@ import pytest
 
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.calls import Call
-from rocketmq_spark.remoting.codes import PERM_READ, PERM_WRITE
+from rocketmq_spark.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
 from rocketmq_spark.remoting.errors import ConnectionFailedError
 from rocketmq_spark.remoting.outages import Outages
 from rocketmq_spark.remoting.replicas import Replicas
@@ -118,3 +118,54 @@ def test_a_record_whose_broker_is_lost_is_kept_by_the_next_brokers_in_the_group_
     with pytest.raises(ConnectionFailedError):
         ledger.done(record_key(group, "q", 2))  # no live broker left: the budget runs out
     assert now[0] >= retry.budget_s - retry.max_backoff_s
+
+
+class Offsets(Brokers):
+    """Brokers whose record queues are empty: a read asks each for its queue's ends."""
+
+    def call(self, address: str, call: Call[T], timeout: float | None = None) -> T:
+        if address in self.dead:
+            raise ConnectionFailedError("connection refused", address)
+        assert call.code in (RequestCode.GET_MIN_OFFSET, RequestCode.GET_MAX_OFFSET), call.code
+        return cast(T, 0)
+
+
+def test_a_read_passes_over_a_broker_killed_under_it_once_the_route_drops_it() -> None:
+    """A broker killed between the route's answer and the read: the read reports it, asks the
+    route again, and goes on without it once the name server dropped it, instead of asking the
+    dead address again for the whole retry budget (its records have copies on the next brokers)."""
+    group = GROUPS[0]
+    order = ranked(group, BROKERS[:3])
+    brokers = Offsets(BROKERS[:3], dead={order[0]})
+    without = TopicRoute(
+        "records",
+        tuple(q for q in brokers.route.queue_datas if q.broker_name != order[0]),
+        {n: b for n, b in brokers.route.brokers.items() if n != order[0]},
+    )
+    now = [0.0]
+    asked: list[float] = []
+
+    def route(topic: str) -> TopicRoute:
+        asked.append(now[0])
+        return brokers.route if len(asked) == 1 else without  # the name server saw the broker go
+
+    replicas = Replicas(route, clock=lambda: now[0], outages=Outages())
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    retry = Retry(budget_s=60.0, sleep=sleep, clock=lambda: now[0], outages=replicas.outages)
+    ledger = Ledger(brokers, replicas, retry, "records", group, timeout_s=1.0)
+    entries = ledger.read(whole=True)
+    assert set(entries.ends) == {order[1], order[2]}, "the live brokers are read, the dropped one is not"
+    assert now[0] < 5.0, f"the read waited {now[0]:.1f} s for a broker the route no longer lists"
+    brokers.dead = {brokers.addresses[order[1]]}  # dead, and still listed: waited for, then raised
+    with pytest.raises(ConnectionFailedError):
+        Ledger(
+            brokers,
+            Replicas(lambda topic: brokers.route, clock=lambda: now[0], outages=Outages()),
+            retry,
+            "records",
+            group,
+            timeout_s=1.0,
+        ).read(whole=True)
