@@ -178,9 +178,14 @@ class Committer:
         )
         attempts = policy.start()
         pending = own
+        decided: dict[str, Pending] | None = None  # read once: a half queue's halves do not change
         while True:
             try:
-                self._end(self._unstored(decision) if pending is None else pending, Resolution.COMMIT)
+                if pending is None:
+                    if decided is None:
+                        decided = self._decided(decision)
+                    pending = self._unstored(decision, decided)
+                self._end(pending, Resolution.COMMIT)
             except RocketMQError as err:
                 if not attempts.again(err):  # a lock another writer took is not retried either
                     raise
@@ -257,8 +262,9 @@ class Committer:
                 all(self.retry.retriable(f) for f in failures),
             ) from failures[0]
 
-    def _unstored(self, decision: Decision) -> list[Pending]:
-        """The decided halves not stored in their target queues yet, in half-queue order."""
+    def _decided(self, decision: Decision) -> dict[str, Pending]:
+        """The decision's halves read back from the half queues by its spans, by unique key, in
+        half-queue order."""
         halves: dict[str, Pending] = {}
         topic = next(iter(decision.positions)).topic if decision.positions else None
         half_retry = replace(
@@ -291,6 +297,10 @@ class Committer:
                         [],
                         retriable=False,
                     )
+        return halves
+
+    def _unstored(self, decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
+        """The decided ``halves`` not stored in their target queues yet, in half-queue order."""
         marks = {task.mark for task in decision.tasks}
         stored: set[str] = set()
         for queue, position in decision.positions.items():

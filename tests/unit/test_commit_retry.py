@@ -36,6 +36,7 @@ class Brokers:
         self.stored: dict[str, int] = {}  # unique key -> times stored
         self.failing: list[RocketMQError] = []
         self.lookups: list[float] = []  # when each lookup ran
+        self.half_reads = 0  # how often the half queues were read back
         self.failed_addresses: list[str] = []
 
     def end(self, halves: Iterable[Pending], resolution: Resolution) -> None:
@@ -68,13 +69,18 @@ def committer(brokers: Brokers, now: list[float]) -> Committer:
     made.retry = Retry(budget_s=BUDGET_S, sleep=sleep, clock=lambda: now[0], outages=Outages())
     made.replicas = Replicas(brokers)  # type: ignore[assignment]
 
-    def unstored(decision: Decision) -> list[Pending]:
+    def decided(decision: Decision) -> dict[str, Pending]:
+        brokers.half_reads += 1
+        return {p[0].msg_id: p for p in brokers.decided}
+
+    def unstored(decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
         brokers.lookups.append(now[0])
-        return [p for p in brokers.decided if p[0].msg_id not in brokers.stored]
+        return [p for key, p in halves.items() if key not in brokers.stored]
 
     def end(halves: Sequence[Pending], resolution: Resolution) -> None:
         brokers.end(halves, resolution)
 
+    made._decided = decided  # type: ignore[method-assign]
     made._unstored = unstored  # type: ignore[method-assign]
     made._end = end  # type: ignore[method-assign]
     return made
@@ -94,6 +100,7 @@ def test_failed_commits_are_retried_through_the_lookup_after_the_settle_time_eac
     assert brokers.lookups[0] >= END_SETTLE_S, "the lookup ran before a live broker could still put a failed END"
     assert brokers.lookups[1] - brokers.lookups[0] >= END_SETTLE_S
     assert brokers.failed_addresses == [DEAD, DEAD], "the failed master is reported, so the routes are asked again"
+    assert brokers.half_reads == 1, "the half queues were read back again for each retry"
 
 
 def test_a_failure_no_retry_fixes_is_raised_at_once() -> None:
