@@ -264,10 +264,11 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
 ) -> None:
     """Two brokers hold the target's queues; broker-a is SIGKILLed once the batch's decision is
     recorded and before its first COMMIT, the commit then meets it dead, and it is started again
-    on its store once the commit says it retries. The commit retries (``Committer._commit``): past the time a live
-    broker could still put a failed END, it looks up which halves are stored and COMMITs the
-    others, until the broker is back; the query goes on, with no run on the checkpoint. The ledger
-    lies on broker-b alone, so that the kill hits the COMMITs and not the records."""
+    on its store once the commit says it retries. The commit retries (``Committer._commit``):
+    past the time a live broker could still put a failed END, it looks up which halves are stored
+    and COMMITs the others, until the broker is back; the query goes on, with no run on the
+    checkpoint. The ledger lies on broker-b alone, so that the kill hits the COMMITs and not the
+    records."""
     handle = eo_brokers
     cluster = handle.started
     origin, target, ledger = unique("eo-broker-in"), unique("eo-broker-out"), unique("eo-broker-ledger")

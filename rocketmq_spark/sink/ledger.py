@@ -173,7 +173,6 @@ class Ledger:
         the next reader work, so a broker without a master now, or whose master fails now, is
         not waited for: a later commit settles it."""
         route = self._route()
-        once = self._retry.once()
         for name, end in entries.ends.items():
             address = route.master_address(name)
             if address is None:
@@ -181,7 +180,7 @@ class Ledger:
             try:
                 self._settle(MessageQueue(self.topic, name, RECORD_QUEUE_ID), address, entries.keep_from(name), end)
             except RocketMQError as err:
-                if not once.retriable(err):
+                if not self._retry.retriable(err):
                     raise
                 self._replicas.failed(address, self.topic)
                 log.info("records of %s on %s not settled (%s): a later commit settles them", self.group, name, err)
