@@ -23,7 +23,7 @@ from pathlib import Path
 
 from integration.constants import REPO
 
-MARKER = re.compile(r"^<!--\s*(tested|illustrative):\s*(.*?)\s*-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*(tested|illustrative):\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^\s*```")
 COMMAND_TIMEOUT_S = 600.0
 TESTED = "tested"

@@ -68,6 +68,10 @@ class Release:
     # Whether its brokers can run ACL 2.0's authorization (5.5.1's broker calls its own
     # rocketmq-auth, which Maven Central lacks; 5.5.0's fails with NoSuchMethodError).
     authorizes: bool = True
+    # Whether its brokers spin a thread at a full core once they resolved a transactional message
+    # (apache/rocketmq#10966, 5.5.0 and 5.5.1): its brokers run with the mitigation
+    # docs/running-rocketmq.md gives operators (cluster_config.OP_BATCH_SPIN_MITIGATION).
+    spins_after_transactions: bool = False
 
     @property
     def major(self) -> int:
@@ -86,7 +90,9 @@ RELEASES = {
     # Both honour the broker's listenPort, which two brokers on one host need: snapshots after
     # 5.3.3 set 10911 after reading the config, 5.5.0 sets it before.
     "5.3.3": Release("5.3.3", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2),
-    "5.5.0": Release("5.5.0", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2),
+    "5.5.0": Release(
+        "5.5.0", has_proxy=True, logback=LogbackStyle.JAR_RESOURCE, acl=AclStyle.ACL2, spins_after_transactions=True
+    ),
     # The newest release, which Maven Central holds only in part: its broker and what the broker
     # is made of are there, its name server, proxy, tools, client and parent pom are not. So its
     # brokers run 5.5.1's own jars on 5.5.0's classpath, beside 5.5.0's name server, proxy and
@@ -99,6 +105,7 @@ RELEASES = {
         base="5.5.0",
         modules=("broker", "store", "tiered-store", "remoting", "common", "controller"),
         authorizes=False,
+        spins_after_transactions=True,
     ),
 }
 
