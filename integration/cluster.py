@@ -56,7 +56,7 @@ from integration.cluster_config import (
     namesrv_name,
     shifted,
 )
-from integration.constants import LOOPBACK
+from integration.constants import LOOPBACK, key_value
 from integration.javatool import run_tool, tool_command
 from integration.launcher import STATE_FILE_NAME, Cluster
 from integration.processes import Server
@@ -147,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--keep-data", action="store_true", help="keep the stores of an earlier run")
     start.add_argument(
         "--broker-setting",
+        type=key_value,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -167,17 +168,6 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"run the {name} against the recorded cluster")
         p.add_argument("args", nargs=argparse.REMAINDER)
     return parser
-
-
-def _broker_settings(lines: Sequence[str]) -> dict[str, str]:
-    """--broker-setting's KEY=VALUE lines as broker.conf settings; a line without '=' is refused."""
-    settings = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise ClusterError(f"--broker-setting {line!r}: expected KEY=VALUE, e.g. transactionOpBatchInterval=3000")
-        settings[key.strip()] = value.strip()
-    return settings
 
 
 def _version_option(parser: argparse.ArgumentParser) -> None:
@@ -215,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls=opts.tls,
             layout=opts.layout,
             slave_read=opts.slave_read,
-            extra_broker_settings=_broker_settings(opts.broker_setting),
+            extra_broker_settings=dict(opts.broker_setting),
         )
         if opts.version:
             config.version = opts.version

@@ -1,4 +1,5 @@
-"""Values the harness and several test modules share, each defined once.
+"""Values the harness and several test modules share, each defined once, and the KEY=VALUE
+argument parser of its command lines.
 
 Only the standard library: ``sparkjobs.py`` and its jobs import this file by path too, in
 virtualenvs that hold the built wheel and no checkout.
@@ -6,6 +7,7 @@ virtualenvs that hold the built wheel and no checkout.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,3 +47,11 @@ ONE_HOUR_MS = 3_600_000
 COMPRESSIBLE_BODY_BYTES = 5_000
 # Properties the official consumer adds after decoding (PullAPIWrapper.processPullResult).
 CONSUMER_ADDED_PROPERTIES = ("MIN_OFFSET", "MAX_OFFSET")
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for KEY=VALUE arguments (a source option, a broker setting)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, value

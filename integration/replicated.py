@@ -96,7 +96,7 @@ class ReplicatedCluster(Cluster):
         cfg = self.config
         if cfg.layout not in REPLICAS:
             raise ClusterError(f"{cfg.layout} is not a replicated layout; choose one of {', '.join(REPLICAS)}")
-        if cfg.layout == LAYOUT_CONTROLLER and cfg.release.major < 5:
+        if cfg.layout == LAYOUT_CONTROLLER and not cfg.release.has_controller_mode:
             raise ClusterError(f"controller mode came with RocketMQ 5; {cfg.version} has none")
         if cfg.brokers < 1 or (cfg.proxy and cfg.proxy_mode == PROXY_MODE_LOCAL):
             raise ClusterError("a replicated layout needs a broker name or more, and no proxy embedding a broker")

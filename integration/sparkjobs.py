@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
-    from integration.constants import LOOPBACK
+    from integration.constants import LOOPBACK, key_value
     from integration.drivejobs import drive
     from integration.readjobs import batch, follow, stream
     from integration.spark import local_spark
@@ -43,7 +43,7 @@ else:
     # local session the whole harness shares) and integration/constants.py are found in this
     # file's own folder, and nothing of the checkout beyond them.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from constants import LOOPBACK
+    from constants import LOOPBACK, key_value
     from drivejobs import drive
     from readjobs import batch, follow, stream
     from spark import local_spark
@@ -77,13 +77,6 @@ def serve(port: int) -> None:
 JOBS = {"stream": stream, "batch": batch, "follow": follow, "drive": drive}
 
 
-def option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key, value
-
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="sparkjobs.py", description=__doc__.split("\n\n")[0])
     sub = top.add_subparsers(dest="job", required=True)
@@ -99,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
             "-o",
             "--option",
             dest="options",
-            type=option,
+            type=key_value,
             action="append",
             default=[],
             help="a source option, key=value",

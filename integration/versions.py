@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 VERSION_ENV = "ROCKETMQ_VERSION"
 DEFAULT_VERSION = "5.3.3"
+# The first major release with controller mode (a controller electing among a broker name's replicas).
+CONTROLLER_MODE_MAJOR = 5
 
 
 class LogbackStyle(enum.Enum):
@@ -76,6 +78,11 @@ class Release:
     @property
     def major(self) -> int:
         return int(self.version.split(".", 1)[0])
+
+    @property
+    def has_controller_mode(self) -> bool:
+        """Whether it can run controller mode (the failover tests' controller layout)."""
+        return self.major >= CONTROLLER_MODE_MAJOR
 
     @property
     def maven_args(self) -> tuple[str, ...]:

@@ -430,8 +430,8 @@ def test_masters_that_replicate_asynchronously_are_named_and_others_are_not(
     assert async_replicated(parse_sink_options(alone)) == []
 
 
-# The selected release's replicated layouts: controller mode came with RocketMQ 5.
-FAILOVER_LAYOUTS = [LAYOUT_DLEDGER] + ([LAYOUT_CONTROLLER] if release(selected_version()).major >= 5 else [])
+# The selected release's replicated layouts.
+FAILOVER_LAYOUTS = [LAYOUT_DLEDGER] + ([LAYOUT_CONTROLLER] if release(selected_version()).has_controller_mode else [])
 
 
 @pytest.mark.eo_faults
