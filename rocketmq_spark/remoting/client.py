@@ -35,7 +35,9 @@ from rocketmq_spark.remoting.errors import (
     BrokerResponseError,
     ConnectionFailedError,
     NameServersUnavailableError,
+    RequestTimeoutError,
     RocketMQError,
+    TransportError,
 )
 from rocketmq_spark.remoting.pool import ConnectionFactory, ConnectionPool
 from rocketmq_spark.remoting.route import TopicRoute, parse_live_brokers, parse_route
@@ -227,16 +229,20 @@ class RocketMQClient:
         self, addressed: Sequence[tuple[str, Call[T]]], window: int = DEFAULT_WINDOW
     ) -> list[T | RocketMQError]:
         """Send many calls back to back, at most ``window`` unanswered at once, and return each
-        one's value or the error it met, in order. An address that cannot be reached fails its
-        remaining calls at once instead of being tried again for each."""
+        one's value or the error it met, in order. An address that cannot be reached, or left a
+        call unanswered past the request timeout (a stalled or hung server), fails its remaining
+        calls at once instead of costing a timeout for each window of them."""
         outcomes: list[T | RocketMQError | None] = [None] * len(addressed)
-        unreachable: dict[str, ConnectionFailedError] = {}
+        unreachable: dict[str, TransportError] = {}
         in_flight: deque[tuple[int, str, Call[T], Answer]] = deque()
 
         def settle_oldest() -> None:
             index, address, call, reply = in_flight.popleft()
             try:
                 outcomes[index] = call.read(reply.result(), address)
+            except RequestTimeoutError as err:
+                unreachable.setdefault(address, err)
+                outcomes[index] = err
             except RocketMQError as err:
                 outcomes[index] = err
 

@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from rocketmq_spark.model import ClientConfig
+from rocketmq_spark.model import ClientConfig, MessageQueue
+from rocketmq_spark.remoting import calls
 from rocketmq_spark.remoting.client import RocketMQClient
-from rocketmq_spark.remoting.errors import NameServersUnavailableError
+from rocketmq_spark.remoting.errors import NameServersUnavailableError, RequestTimeoutError, TransportError
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.option_model import ReadKind
 from rocketmq_spark.source.options import parse_options
@@ -103,3 +104,22 @@ def test_a_running_query_retries_for_its_budget() -> None:
     assert (reader.retry.budget_s, options.retry.budget_s) == (3.0, 120.0)
     reader.running()
     assert reader.retry == options.retry
+
+
+def test_a_server_that_leaves_a_call_unanswered_fails_the_rest_of_its_calls_at_once(
+    listen: Callable[..., Listener],
+) -> None:
+    """A stalled broker (a long GC pause, a hung host) costs one request timeout for a batch of
+    calls, not one for each window of them."""
+    silent = listen("silent").address
+    calls_sent, window = 12, 2
+    with RocketMQClient(ClientConfig((silent,), request_timeout=TIMEOUT_S)) as client:
+        began = time.monotonic()
+        outcomes = client.call_many(
+            [(silent, calls.max_offset(MessageQueue("orders", "b", i))) for i in range(calls_sent)], window
+        )
+        took = time.monotonic() - began
+    assert len(outcomes) == calls_sent
+    assert isinstance(outcomes[0], RequestTimeoutError)
+    assert all(isinstance(o, TransportError) and o.address == silent for o in outcomes), outcomes
+    assert took < TIMEOUT_S + SLACK_S, f"{took:.1f} s: a timeout for each window of calls"
