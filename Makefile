@@ -152,8 +152,8 @@ double-failover: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m double_failover -rP $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status
 
-# The exactly-once sink's driver killed at each moment of a commit (about 2.5 minutes: a Spark
-# process per kill), in the other lane, where there is room.
+# The exactly-once sink's driver killed at each moment of a commit, and a broker killed, stalled
+# or failed over under one (about 12 minutes: a Spark process per run), in CI's second lane.
 eo-faults: $(INSTALLED) $(RMQ_CLASSPATH)
 	$(PY) -m integration.cluster stop
 	$(PY) -m pytest -m eo_faults $(PYTEST_ARGS); status=$$?; $(PY) -m integration.cluster stop; exit $$status

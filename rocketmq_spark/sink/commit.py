@@ -184,7 +184,7 @@ class Committer:
                 if pending is None:
                     if decided is None:
                         decided = self._decided(decision)
-                    pending = self._unstored(decision, decided)
+                    pending = self._settled_unstored(decision, decided)
                 self._end(pending, Resolution.COMMIT)
             except RocketMQError as err:
                 if not attempts.again(err):  # a lock another writer took is not retried either
@@ -298,6 +298,19 @@ class Committer:
                         retriable=False,
                     )
         return halves
+
+    def _settled_unstored(self, decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
+        """The decided ``halves`` not stored, by a lookup every broker answered ``END_SETTLE_S``
+        after it answered an earlier one. A broker that stalled (a long GC pause, a hung host)
+        puts the COMMITs it had received when it runs again, beside the lookup's own requests: a
+        lookup it answered then could miss them, and COMMITting those halves again would store
+        them twice. Once it answered, what it still holds is put within the settle time. A first
+        lookup that finds every half stored needs no second: a stored half stays stored."""
+        left = self._unstored(decision, halves)
+        if left:
+            self.retry.sleep(END_SETTLE_S)
+            left = self._unstored(decision, halves)
+        return left
 
     def _unstored(self, decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
         """The decided ``halves`` not stored in their target queues yet, in half-queue order."""

@@ -1,7 +1,8 @@
 """How a decided batch's COMMITs are retried (``Committer._commit``): never blindly, as a second
 COMMIT of a half stores it again. After a failure a retry can fix, the committer waits until a
-broker that is still alive can no longer put a failed END, looks up which halves are stored, and
-COMMITs only the others; what a retry cannot fix, or a lock another writer took, fails at once."""
+broker that is still alive can no longer put a failed END, looks up which halves are stored (twice,
+the settle time apart, where the first finds some missing: a broker that stalled puts what it held
+once it answers), and COMMITs only the others; what a retry cannot fix, or a lock another writer took, fails at once."""
 
 from __future__ import annotations
 
@@ -96,9 +97,11 @@ def test_failed_commits_are_retried_through_the_lookup_after_the_settle_time_eac
     now = [0.0]
     committer(brokers, now)._commit(DECISION, halves)
     assert brokers.stored == {f"id-{i}": 1 for i in range(10)}, "every half stored, none twice"
-    assert len(brokers.lookups) == 2, "each retry looked up what was stored first"
+    assert len(brokers.lookups) == 4, "each retry looked up what was stored first, twice"
     assert brokers.lookups[0] >= END_SETTLE_S, "the lookup ran before a live broker could still put a failed END"
-    assert brokers.lookups[1] - brokers.lookups[0] >= END_SETTLE_S
+    for proof, decisive in (brokers.lookups[0:2], brokers.lookups[2:4]):
+        assert decisive - proof >= END_SETTLE_S, "a lookup decided before a stalled broker's COMMITs were put"
+    assert brokers.lookups[2] - brokers.lookups[1] >= END_SETTLE_S
     assert brokers.failed_addresses == [DEAD, DEAD], "the failed master is reported, so the routes are asked again"
     assert brokers.half_reads == 1, "the half queues were read back again for each retry"
 
@@ -137,7 +140,7 @@ def test_commits_that_keep_failing_fail_within_the_budget_with_the_decision_stan
     with pytest.raises(CommitFailedError) as raised:
         committer(brokers, now)._commit(DECISION, halves)
     assert isinstance(raised.value.failures[0], ConnectionFailedError)
-    assert now[0] <= BUDGET_S
+    assert now[0] <= BUDGET_S + END_SETTLE_S, "past the budget and the last attempt's lookup (its settle time)"
     assert all(count == 1 for count in brokers.stored.values()), "a half stored twice while retrying"
 
 
@@ -148,4 +151,33 @@ def test_a_finish_with_no_halves_of_its_own_starts_with_the_lookup() -> None:
     now = [0.0]
     committer(brokers, now)._commit(DECISION, None)
     assert brokers.stored == {"id-0": 1, "id-1": 1, "id-2": 1}
-    assert brokers.lookups == [0.0]
+    assert brokers.lookups == [0.0, END_SETTLE_S], "the lookup that decided came the settle time after the first"
+
+
+def test_a_stalled_brokers_commits_put_after_the_first_lookup_are_not_committed_again() -> None:
+    """A broker that stalled puts the COMMITs it had received once it runs again: after the first
+    lookup it answered, which missed them."""
+    halves = pending(4)
+    brokers = Brokers(halves)
+    now = [0.0]
+    made = committer(brokers, now)
+    lookup = made._unstored
+
+    def stalled_then_puts(decision: Decision, found: dict[str, Pending]) -> list[Pending]:
+        left = lookup(decision, found)
+        for half, _, _ in halves[:2]:  # the COMMITs it held, put right after it answered
+            brokers.stored.setdefault(half.msg_id, 1)
+        return left
+
+    made._unstored = stalled_then_puts  # type: ignore[method-assign]
+    made._commit(DECISION, None)
+    assert brokers.stored == {f"id-{i}": 1 for i in range(4)}, "a half stored twice"
+
+
+def test_a_first_lookup_that_finds_every_half_stored_needs_no_second() -> None:
+    halves = pending(3)
+    brokers = Brokers(halves)
+    brokers.stored = {f"id-{i}": 1 for i in range(3)}
+    now = [0.0]
+    committer(brokers, now)._commit(DECISION, None)
+    assert brokers.lookups == [0.0] and now[0] == 0.0
