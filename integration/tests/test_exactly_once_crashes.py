@@ -244,6 +244,27 @@ def copies(records: Ledger, decision: Decision) -> set[str]:
     return {name for name, first in records.read(whole=True).first.items() if decision.key in first}
 
 
+def across_both_brokers(
+    handle: ClusterHandle, unique: Any, prefix: str, rows: int, tmp_path: Path
+) -> tuple[dict[str, Any], Ledger, Path]:
+    """A copy job of ``rows`` messages whose origin and target lie on both brokers and whose ledger
+    on SURVIVOR alone, so that what befalls KILLED_BROKER hits the COMMITs and not the records:
+    its arguments, its ledger and its checkpoint."""
+    origin, target, ledger = unique(f"{prefix}-in"), unique(f"{prefix}-out"), unique(f"{prefix}-ledger")
+    create_topic(handle, origin, queues=KILL_QUEUES)
+    create_topic(handle, target, queues=KILL_QUEUES)
+    create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
+    checkpoint = tmp_path / "checkpoint"
+    copy = copy_job(handle, origin, target, ledger, unique(prefix), checkpoint)
+    produce(handle, origin, rows, "--body", "row-{i}", "--quiet")
+    return copy, Committer(parse_sink_options(copy["sink"]), "test").ledger, checkpoint
+
+
+def halves_on(decision: Decision, broker: str) -> int:
+    """How many of the decision's halves lie on ``broker``."""
+    return sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == broker)
+
+
 @pytest.fixture(scope="module")
 def eo_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """The broker-kill tests' cluster: two brokers of their own, checking halves back within seconds."""
@@ -272,17 +293,11 @@ def test_a_broker_killed_while_the_driver_commits_and_restarted_publishes_each_r
     records."""
     handle = eo_brokers
     cluster = handle.started
-    origin, target, ledger = unique("eo-broker-in"), unique("eo-broker-out"), unique("eo-broker-ledger")
-    create_topic(handle, origin, queues=KILL_QUEUES)
-    create_topic(handle, target, queues=KILL_QUEUES)
-    create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
-    checkpoint = tmp_path / "checkpoint"
-    copy = copy_job(handle, origin, target, ledger, unique("eo-broker"), checkpoint)
-    produce(handle, origin, ROWS, "--body", "row-{i}", "--quiet")
-    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
+    copy, records, checkpoint = across_both_brokers(handle, unique, "eo-broker", ROWS, tmp_path)
+    target = copy["sink"]["topic"]
     driver, number, decision, resume = paused_at_decision(handle, copy, records, tmp_path)
     try:
-        on_killed = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
+        on_killed = halves_on(decision, KILLED_BROKER)
         assert on_killed > 0, f"no decided half lies on {KILLED_BROKER}: the kill would miss the commit"
         cluster.kill(KILLED_BROKER)
         print(f"{KILLED_BROKER} killed with batch 0 decided, {on_killed} of {decision.count} halves on it")

@@ -16,22 +16,19 @@ from typing import Any
 import pytest
 
 from integration.constants import POLL_S
-from integration.support import ClusterHandle, create_topic, produce
+from integration.support import ClusterHandle
 from integration.tests.test_exactly_once import java_bodies
 from integration.tests.test_exactly_once_crashes import (  # noqa: F401  (eo_brokers: the module's cluster)
     COMMIT_FAILS_WITHIN_S,
-    KILL_QUEUES,
     KILLED_BROKER,
-    SURVIVOR,
+    across_both_brokers,
     batch_state,
-    copy_job,
     eo_brokers,
+    halves_on,
     paused_at_decision,
     raised,
 )
-from rocketmq_spark.sink.commit import Committer
 from rocketmq_spark.sink.decisions import State
-from rocketmq_spark.sink.options import parse_sink_options
 
 pytestmark = pytest.mark.integration
 
@@ -59,17 +56,11 @@ def test_a_broker_stalled_while_the_driver_commits_publishes_each_row_once(
     and COMMITting them again would store those rows twice."""
     handle = eo_brokers
     cluster = handle.started
-    origin, target, ledger = unique("eo-stall-in"), unique("eo-stall-out"), unique("eo-stall-ledger")
-    create_topic(handle, origin, queues=KILL_QUEUES)
-    create_topic(handle, target, queues=KILL_QUEUES)
-    create_topic(handle, ledger, queues=KILL_QUEUES, brokers=SURVIVOR)
-    checkpoint = tmp_path / "checkpoint"
-    copy = copy_job(handle, origin, target, ledger, unique("eo-stall"), checkpoint)
-    produce(handle, origin, STALLED_ROWS, "--body", "row-{i}", "--quiet")
-    records = Committer(parse_sink_options(copy["sink"]), "test").ledger
+    copy, records, _ = across_both_brokers(handle, unique, "eo-stall", STALLED_ROWS, tmp_path)
+    target = copy["sink"]["topic"]
     driver, number, decision, resume = paused_at_decision(handle, copy, records, tmp_path)
     try:
-        on_stalled = sum(s.count for task in decision.tasks for s in task.spans if s.broker_name == KILLED_BROKER)
+        on_stalled = halves_on(decision, KILLED_BROKER)
         assert on_stalled > 0, f"no decided half lies on {KILLED_BROKER}: the stall would miss the commit"
         cluster.freeze(KILLED_BROKER)
         try:
