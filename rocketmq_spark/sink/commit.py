@@ -15,7 +15,7 @@ the rest.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from rocketmq_spark.model import MS_PER_SECOND, MessageQueue
@@ -306,22 +306,26 @@ class Committer:
         lookup it answered then could miss them, and COMMITting those halves again would store
         them twice. Once it answered, what it still holds is put within the settle time. A first
         lookup that finds every half stored needs no second: a stored half stays stored."""
-        left = self._unstored(decision, halves)
+        left, ends = self._unstored(decision, halves, decision.positions)
         if left:
-            self.retry.sleep(END_SETTLE_S)
-            left = self._unstored(decision, halves)
+            self.retry.sleep(END_SETTLE_S)  # then only what was stored since the first is read
+            left, _ = self._unstored(decision, {p[0].msg_id: p for p in left}, ends)
         return left
 
-    def _unstored(self, decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
-        """The decided ``halves`` not stored in their target queues yet, in half-queue order."""
+    def _unstored(
+        self, decision: Decision, halves: dict[str, Pending], since: Mapping[MessageQueue, int]
+    ) -> tuple[list[Pending], dict[MessageQueue, int]]:
+        """The ``halves`` not stored in their target queues between ``since`` and where each queue
+        ends now, in half-queue order; and those ends."""
         marks = {task.mark for task in decision.tasks}
         stored: set[str] = set()
-        for queue, position in decision.positions.items():
+        ends: dict[MessageQueue, int] = {}
+        for queue, position in since.items():
             address = self._master(queue.topic, queue.broker_name)
-            end = self._max_offset(queue)
-            for m in scan(self.client, address, queue, self.group, position, end, self.retry):
+            ends[queue] = self._max_offset(queue)
+            for m in scan(self.client, address, queue, self.group, position, ends[queue], self.retry):
                 if m.properties.get(PROPERTY_ATTEMPT) in marks and m.unique_key is not None:
                     stored.add(m.unique_key)
         left = [pending for unique, pending in halves.items() if unique not in stored]
         log.info("batch %s: %d of %d decided half(s) not stored yet", decision.key, len(left), len(halves))
-        return left
+        return left, ends

@@ -6,7 +6,7 @@ once it answers), and COMMITs only the others; what a retry cannot fix, or a loc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 
@@ -74,9 +74,11 @@ def committer(brokers: Brokers, now: list[float]) -> Committer:
         brokers.half_reads += 1
         return {p[0].msg_id: p for p in brokers.decided}
 
-    def unstored(decision: Decision, halves: dict[str, Pending]) -> list[Pending]:
+    def unstored(
+        decision: Decision, halves: dict[str, Pending], since: Mapping[MessageQueue, int]
+    ) -> tuple[list[Pending], dict[MessageQueue, int]]:
         brokers.lookups.append(now[0])
-        return [p for key, p in halves.items() if key not in brokers.stored]
+        return [p for key, p in halves.items() if key not in brokers.stored], since
 
     def end(halves: Sequence[Pending], resolution: Resolution) -> None:
         brokers.end(halves, resolution)
@@ -163,8 +165,10 @@ def test_a_stalled_brokers_commits_put_after_the_first_lookup_are_not_committed_
     made = committer(brokers, now)
     lookup = made._unstored
 
-    def stalled_then_puts(decision: Decision, found: dict[str, Pending]) -> list[Pending]:
-        left = lookup(decision, found)
+    def stalled_then_puts(
+        decision: Decision, found: dict[str, Pending], since: Mapping[MessageQueue, int]
+    ) -> tuple[list[Pending], dict[MessageQueue, int]]:
+        left = lookup(decision, found, since)
         for half, _, _ in halves[:2]:  # the COMMITs it held, put right after it answered
             brokers.stored.setdefault(half.msg_id, 1)
         return left
@@ -181,3 +185,23 @@ def test_a_first_lookup_that_finds_every_half_stored_needs_no_second() -> None:
     now = [0.0]
     committer(brokers, now)._commit(DECISION, None)
     assert brokers.lookups == [0.0] and now[0] == 0.0
+
+
+def test_the_second_lookup_reads_only_what_was_stored_since_the_first_of_the_halves_left() -> None:
+    halves = pending(3)
+    brokers = Brokers(halves)
+    brokers.stored["id-0"] = 1
+    now = [0.0]
+    made = committer(brokers, now)
+    asked: list[tuple[list[str], dict[MessageQueue, int]]] = []
+
+    def lookup(
+        decision: Decision, found: dict[str, Pending], since: Mapping[MessageQueue, int]
+    ) -> tuple[list[Pending], dict[MessageQueue, int]]:
+        asked.append((sorted(found), since))
+        return [p for key, p in found.items() if key not in brokers.stored], {q: 100 for q in since}
+
+    made._unstored = lookup  # type: ignore[method-assign]
+    made._commit(DECISION, None)
+    assert asked == [(["id-0", "id-1", "id-2"], DECISION.positions), (["id-1", "id-2"], {QUEUE: 100})]
+    assert brokers.stored == {"id-0": 1, "id-1": 1, "id-2": 1}
